@@ -1,0 +1,84 @@
+#!/usr/bin/env node
+/**
+ * fencegate [start] [--config PATH] [--with-sample]   run the gateway
+ * fencegate check-config [--config PATH]              validate a config: exit 0, or 2 with one line per problem
+ *
+ * The config comes from --config, else $FENCEGATE_CONFIG, else ./config/fencegate.yaml.
+ * Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
+ */
+import { parseArgs } from 'node:util'
+import { existsSync } from 'node:fs'
+import { loadConfig, ConfigError, type ConfigProblem, formatProblem } from './config/load.js'
+import { StoreError } from './store/types.js'
+import { startGateway } from './server.js'
+import { createLogger } from './log.js'
+import { VERSION } from './version.js'
+
+const USAGE = `usage: fencegate [start] [--config PATH] [--with-sample]
+       fencegate check-config [--config PATH]
+       fencegate --version`
+
+function fail(code: number, lines: string[]): never {
+  for (const l of lines) process.stderr.write(`${l}\n`)
+  process.exit(code)
+}
+
+async function main(argv: string[]): Promise<void> {
+  let parsed
+  try {
+    parsed = parseArgs({ args: argv, allowPositionals: true, options: {
+      config: { type: 'string', short: 'c' },
+      'with-sample': { type: 'boolean' },
+      version: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    } })
+  } catch (e) {
+    fail(2, [(e as Error).message, USAGE])
+  }
+  const { values, positionals } = parsed
+  if (values.version) { process.stdout.write(`fencegate ${VERSION}\n`); return }
+  if (values.help) { process.stdout.write(`${USAGE}\n`); return }
+  const command = positionals[0] ?? 'start'
+  if (positionals.length > 1 || !['start', 'check-config'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
+  const file = values.config ?? process.env.FENCEGATE_CONFIG ?? (existsSync('config/fencegate.yaml') ? 'config/fencegate.yaml' : undefined)
+  if (!file) fail(2, ['no config: pass --config PATH or set FENCEGATE_CONFIG', USAGE])
+
+  let config
+  try {
+    config = loadConfig(file)
+  } catch (e) {
+    if (e instanceof ConfigError) fail(2, e.problems.map((p) => formatProblem(file, p)))
+    throw e
+  }
+  if (command === 'check-config') { process.stdout.write(`${file}: ok (${config.routes.length} route${config.routes.length === 1 ? '' : 's'})\n`); return }
+
+  const log = createLogger()
+  let sample: { url: string; close(): Promise<void> } | undefined
+  if (values['with-sample']) {
+    const { startPayments } = await import('../examples/payments/server.js')
+    const up = new URL(config.routes[0].upstream.url)
+    sample = await startPayments(Number(up.port || 80), up.hostname)
+  }
+  let running
+  try {
+    running = await startGateway(config, log)
+  } catch (e) {
+    await sample?.close()
+    const storeProblem: ConfigProblem = { path: 'store', message: `store unreachable at start-up: ${(e as Error).message}` }
+    if (e instanceof StoreError) fail(2, [formatProblem(file, storeProblem)])
+    const err = e as NodeJS.ErrnoException
+    if (err.code === 'EADDRINUSE' || err.code === 'EADDRNOTAVAIL' || err.code === 'EACCES') fail(2, [`${file}: listen: cannot listen (${err.code}): ${err.message}`])
+    throw e
+  }
+  if (sample) process.stdout.write(`sample payments service on ${sample.url}\n`)
+  process.stdout.write(`fencegate ${VERSION} on ${running.url} (admin ${running.adminUrl}, store ${config.store.kind})\n`)
+  log.info('started', { url: running.url, admin: running.adminUrl, store: config.store.kind, routes: config.routes.length })
+  const stop = (signal: string) => {
+    log.info('stopping', { signal })
+    running.close().then(() => sample?.close()).then(() => process.exit(0), () => process.exit(1))
+  }
+  process.once('SIGTERM', () => stop('SIGTERM'))
+  process.once('SIGINT', () => stop('SIGINT'))
+}
+
+main(process.argv.slice(2)).catch((e) => fail(1, [`fencegate: ${(e as Error).message}`]))

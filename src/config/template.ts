@@ -1,0 +1,78 @@
+/**
+ * Templates for the fencing resource and the idempotency scope: literals and placeholders
+ * `{param.X}` (a route path parameter), `{header.X}` (a request header, case-insensitive) and
+ * `{query.X}` (a query parameter). `{{` and `}}` stand for literal braces.
+ */
+
+/** Where a template reads from, per request. Each returns undefined when absent. */
+export interface TemplateSource {
+  param(name: string): string | undefined
+  header(name: string): string | undefined
+  query(name: string): string | undefined
+}
+
+/** A compiled template: returns the filled string, or undefined when a placeholder is absent. */
+export type Template = (src: TemplateSource) => string | undefined
+
+type Part = string | { from: 'param' | 'header' | 'query'; name: string }
+
+// RFC 9110 §5.1 field-name = token
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+// Headers that never reach the gateway's request handlers as end-to-end fields (RFC 9110 §7.6.1).
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
+
+/**
+ * Compiles a template.
+ * @param pathParams the parameters the route's path pattern declares
+ * @throws Error with a message saying what is wrong (the caller adds the YAML path)
+ */
+export function compileTemplate(text: string, pathParams: readonly string[]): Template {
+  const parts: Part[] = []
+  let lit = ''
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]
+    if (ch === '{' && text[i + 1] === '{') { lit += '{'; i++; continue }
+    if (ch === '}' && text[i + 1] === '}') { lit += '}'; i++; continue }
+    if (ch === '}') throw new Error(`unmatched "}" at offset ${i} (write "}}" for a literal brace)`)
+    if (ch !== '{') { lit += ch; continue }
+    const end = text.indexOf('}', i)
+    if (end < 0) throw new Error(`unclosed "{" at offset ${i}`)
+    const inner = text.slice(i + 1, end)
+    const dot = inner.indexOf('.')
+    const from = inner.slice(0, dot)
+    const name = inner.slice(dot + 1)
+    if (dot < 0 || !name) throw new Error(`placeholder {${inner}} must be {param.NAME}, {header.NAME} or {query.NAME}`)
+    if (from === 'param') {
+      if (!pathParams.includes(name)) {
+        throw new Error(`{param.${name}} names no parameter of the route's path (it has ${pathParams.length ? pathParams.map((p) => `:${p}`).join(', ') : 'none'})`)
+      }
+    } else if (from === 'header') {
+      if (!TOKEN.test(name)) throw new Error(`{header.${name}} cannot exist: "${name}" is not a valid header field name (RFC 9110 §5.1)`)
+      if (HOP_BY_HOP.has(name.toLowerCase())) throw new Error(`{header.${name}} names a hop-by-hop header, which is not part of the request's meaning`)
+    } else if (from !== 'query') {
+      throw new Error(`placeholder {${inner}}: unknown source "${from}" (use param, header or query)`)
+    }
+    if (lit) { parts.push(lit); lit = '' }
+    parts.push({ from: from as 'param' | 'header' | 'query', name: from === 'header' ? name.toLowerCase() : name })
+    i = end
+  }
+  if (lit) parts.push(lit)
+  if (parts.length === 1 && typeof parts[0] === 'string') { const s = parts[0]; return () => s }
+  return (src) => {
+    let out = ''
+    for (const p of parts) {
+      if (typeof p === 'string') { out += p; continue }
+      const v = src[p.from](p.name)
+      if (v === undefined || v === '') return undefined
+      out += v
+    }
+    return out
+  }
+}
+
+/** The parameter names of a Hono path pattern: `/accounts/:account/*` → ["account"]. */
+export function pathParams(pattern: string): string[] {
+  const out: string[] = []
+  for (const m of pattern.matchAll(/:([A-Za-z0-9_]+)/g)) out.push(m[1])
+  return out
+}

@@ -1,0 +1,45 @@
+/**
+ * What the request path's middleware share through Hono's context (`c.var`), in the order
+ * they set it: route → fencing → idempotency → forward.
+ */
+import type { HttpBindings } from '@hono/node-server'
+import type { CompiledRoute } from './route.js'
+import type { Outcome } from './problems.js'
+import type { UnknownReason } from './store/types.js'
+
+/** What the upstream answered, as the idempotency layer sees it before the client does. */
+export interface UpstreamResponse {
+  status: number
+  /** end-to-end header lines, lower-case names */
+  headers: [string, string][]
+  /** the whole body, or undefined when it was larger than `Exchange.captureBytes` */
+  body: Buffer | undefined
+}
+
+/**
+ * Hooks the idempotency middleware hands to `forward()` so the record is written before the
+ * client sees the response (a retry racing the response's end then finds it completed).
+ */
+export interface Exchange {
+  /** buffer the upstream body up to this many bytes to store it */
+  captureBytes: number
+  /** called once response headers (and the captured body) are in, before anything is sent */
+  onResponse(res: UpstreamResponse): Promise<void>
+  /** called when no complete response came: `sent` false means nothing reached the upstream */
+  onFailure(failure: { sent: false } | { sent: true; reason: UnknownReason }): Promise<void>
+}
+
+export type GatewayEnv = {
+  Bindings: HttpBindings
+  Variables: {
+    route: CompiledRoute
+    outcome: Outcome
+    /** the request body when a middleware had to read it (idempotency fingerprints it) */
+    body: Buffer
+    exchange: Exchange
+    /** filled by fencing: for logs and traces */
+    fence: { resource: string; token: bigint; highest: bigint }
+    /** filled by idempotency */
+    idempotencyResult: string
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * Header rules for a forwarding proxy (RFC 9110 §7.6): hop-by-hop fields and those named in
+ * `Connection` are removed in both directions; the gateway adds `Via` and the X-Forwarded-*
+ * fields after that removal, so a client cannot make it drop them.
+ */
+import type { IncomingMessage } from 'node:http'
+
+/** RFC 9110 §7.6.1 and the de-facto ones (Keep-Alive, Proxy-Connection). */
+export const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
+
+// Set by the gateway itself, never copied from the client.
+const REPLACED_ON_REQUEST = new Set(['host', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'via', 'expect'])
+
+export const VIA = '1.1 fencegate'
+
+/** The field names listed in Connection header values, lower-cased. */
+export function connectionNamed(values: string | string[] | undefined): Set<string> | undefined {
+  if (values === undefined) return undefined
+  const out = new Set<string>()
+  for (const v of Array.isArray(values) ? values : [values]) {
+    for (const part of v.split(',')) {
+      const name = part.trim().toLowerCase()
+      if (name) out.add(name)
+    }
+  }
+  return out
+}
+
+const peerAddress = (incoming: IncomingMessage): string => {
+  const a = incoming.socket.remoteAddress ?? ''
+  return a.startsWith('::ffff:') ? a.slice(7) : a
+}
+
+/**
+ * The header lines to send upstream, as a flat [name, value, name, value, ...] list.
+ * @param upstreamHost the Host of the upstream (`host[:port]`)
+ */
+export function requestHeaders(incoming: IncomingMessage, upstreamHost: string): string[] {
+  const raw = incoming.rawHeaders
+  const named = connectionNamed(incoming.headers.connection)
+  const out: string[] = []
+  let xff: string | undefined
+  let via: string | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]
+    const lower = name.toLowerCase()
+    if (lower === 'x-forwarded-for') { xff = xff === undefined ? raw[i + 1] : `${xff}, ${raw[i + 1]}`; continue }
+    if (lower === 'via') { via = via === undefined ? raw[i + 1] : `${via}, ${raw[i + 1]}`; continue }
+    if (HOP_BY_HOP.has(lower) || REPLACED_ON_REQUEST.has(lower) || named?.has(lower)) continue
+    out.push(name, raw[i + 1])
+  }
+  // X-Forwarded-For named in Connection is dropped as hop-by-hop, and the peer then starts it anew
+  if (named?.has('x-forwarded-for')) xff = undefined
+  const peer = peerAddress(incoming)
+  out.push('host', upstreamHost)
+  out.push('x-forwarded-for', xff ? `${xff}, ${peer}` : peer)
+  if (incoming.headers.host) out.push('x-forwarded-host', incoming.headers.host)
+  out.push('x-forwarded-proto', (incoming.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http')
+  out.push('via', via ? `${via}, ${VIA}` : VIA)
+  return out
+}
+
+/**
+ * The upstream's end-to-end response header lines, as [name, value] pairs with lower-case
+ * names; several Set-Cookie lines stay several.
+ */
+export function responseHeaders(headers: Record<string, string | string[] | undefined>): [string, string][] {
+  const named = connectionNamed(headers.connection)
+  const out: [string, string][] = []
+  for (const name in headers) {
+    const v = headers[name]
+    if (v === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue
+    if (Array.isArray(v)) for (const one of v) out.push([name, one])
+    else out.push([name, v])
+  }
+  return out
+}
+
+/** Flattens [name, value] pairs for `ServerResponse.writeHead`. */
+export function flat(pairs: readonly [string, string][], extra: string[] = []): string[] {
+  const out: string[] = []
+  for (const [k, v] of pairs) out.push(k, v)
+  out.push(...extra)
+  return out
+}

@@ -1,0 +1,164 @@
+/**
+ * `forward()`: sends the request upstream with undici (one keep-alive Pool per route) and
+ * streams the answer back (RFC 9110 §7.6). The path and query are forwarded as received.
+ * Failure mapping (contract §5): connect failure → 502 (nothing sent); no response headers
+ * within `upstream.timeout` → 504 (outcome unknown); reset after sending → 502 (outcome
+ * unknown); reset after the response headers → the client's connection is aborted too.
+ */
+import { pipeline } from 'node:stream/promises'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { MiddlewareHandler } from 'hono'
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
+import { Pool, errors as undiciErrors } from 'undici'
+import type { Dispatcher } from 'undici'
+import type { GatewayEnv } from '../context.js'
+import type { CompiledRoute } from '../route.js'
+import type { Metrics } from '../telemetry/metrics.js'
+import type { UnknownReason } from '../store/types.js'
+import { Problem } from '../problems.js'
+import { tooLarge } from '../body.js'
+import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
+
+// Errors raised before any byte of the request could reach the upstream.
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'])
+
+class BodyLimitError extends Error {}
+
+/** Streams a request body, stopping at `limit` bytes (bodies without a Content-Length). */
+async function* limited(incoming: IncomingMessage, limit: number): AsyncGenerator<Buffer> {
+  let size = 0
+  for await (const chunk of incoming as AsyncIterable<Buffer>) {
+    size += chunk.length
+    if (size > limit) throw new BodyLimitError()
+    yield chunk
+  }
+}
+
+/** One undici Pool for a route's upstream; close them with `closeUpstreams`. */
+export function createUpstream(route: CompiledRoute): Pool {
+  const u = route.config.upstream
+  return new Pool(new URL(u.url).origin, {
+    connections: u.connections,
+    connect: { timeout: u.connectTimeout },
+    headersTimeout: u.timeout,
+    bodyTimeout: u.timeout,
+    keepAliveTimeout: 4_000,
+    pipelining: 1,
+  })
+}
+
+/**
+ * @example
+ * app.post('/accounts/:account/*', fencing(...), idempotency(...), forward(route, pool, metrics))
+ */
+export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): MiddlewareHandler<GatewayEnv> {
+  const upstream = new URL(route.config.upstream.url)
+  const host = upstream.host
+  const maxBody = route.config.maxRequestBytes
+  const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
+
+  return async function forward(c) {
+    const { incoming, outgoing } = c.env
+    const exchange = c.get('exchange')
+    const buffered = c.get('body')
+    const declared = incoming.headers['content-length']
+    if (declared !== undefined && Number(declared) > maxBody) throw tooLarge(maxBody)
+    const hasBody = buffered !== undefined || declared !== undefined || incoming.headers['transfer-encoding'] !== undefined
+    const body = buffered ?? (!hasBody ? null : declared !== undefined ? incoming : limited(incoming, maxBody))
+
+    const abort = new AbortController()
+    const onClose = () => { if (!outgoing.writableFinished) abort.abort() }
+    outgoing.once('close', onClose)
+    const started = performance.now()
+    let res: Dispatcher.ResponseData
+    try {
+      res = await pool.request({
+        path: incoming.url!,
+        method: incoming.method as Dispatcher.HttpMethod,
+        headers: requestHeaders(incoming, host),
+        body,
+        signal: abort.signal,
+      })
+    } catch (e) {
+      outgoing.off('close', onClose)
+      const err = e as Error & { code?: string }
+      if (err instanceof BodyLimitError || (err as { cause?: unknown }).cause instanceof BodyLimitError) {
+        await exchange?.onFailure({ sent: false })
+        throw tooLarge(maxBody)
+      }
+      if (NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
+        await exchange?.onFailure({ sent: false })
+        throw new Problem('upstream-unavailable', `The upstream ${upstream.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`)
+      }
+      const reason: UnknownReason = abort.signal.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
+      unknown(reason)
+      await exchange?.onFailure({ sent: true, reason })
+      if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); return RESPONSE_ALREADY_SENT }
+      if (reason === 'timeout') {
+        throw new Problem('upstream-timeout', `The upstream sent no response within ${route.config.upstream.timeout} ms. The request was sent, so it may have taken effect.`)
+      }
+      const p = new Problem('upstream-unavailable', `The upstream connection failed after the request was sent (${err.code ?? err.message}); it may have taken effect.`)
+      p.outcome = 'outcome_unknown'
+      throw p
+    }
+    metrics.upstreamDuration.observe({ route: route.name, code: String(res.statusCode) }, (performance.now() - started) / 1000)
+    c.set('outcome', 'forwarded')
+    const headers = responseHeaders(res.headers)
+    try {
+      if (exchange) await respondCaptured(outgoing, res, headers, exchange)
+      else {
+        outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
+        await pipeline(res.body, outgoing)
+      }
+    } catch {
+      // the upstream reset mid-body or the client left: never end a truncated body cleanly
+      if (!outgoing.writableFinished) {
+        unknown(abort.signal.aborted ? 'client_abort' : 'reset')
+        c.set('outcome', 'outcome_unknown')
+      }
+      res.body.destroy()
+      outgoing.destroy()
+    } finally {
+      outgoing.off('close', onClose)
+    }
+    return RESPONSE_ALREADY_SENT
+  }
+}
+
+/**
+ * Buffers the body up to `captureBytes`, lets the idempotency layer store it, then sends it.
+ * A larger body is passed through as it streams and reported with `body: undefined`.
+ */
+async function respondCaptured(outgoing: ServerResponse, res: Dispatcher.ResponseData, headers: [string, string][], exchange: NonNullable<GatewayEnv['Variables']['exchange']>): Promise<void> {
+  const chunks: Buffer[] = []
+  let size = 0
+  const it = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]()
+  for (;;) {
+    let next: IteratorResult<Buffer>
+    try {
+      next = await it.next()
+    } catch (e) {
+      await exchange.onFailure({ sent: true, reason: 'reset' })
+      throw e
+    }
+    if (next.done) break
+    size += next.value.length
+    chunks.push(next.value)
+    if (size > exchange.captureBytes) {
+      await exchange.onResponse({ status: res.statusCode, headers, body: undefined })
+      outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
+      for (const ch of chunks) outgoing.write(ch)
+      await pipeline(async function* () { for (;;) { const n = await it.next(); if (n.done) return; yield n.value } }, outgoing)
+      return
+    }
+  }
+  const body = Buffer.concat(chunks, size)
+  await exchange.onResponse({ status: res.statusCode, headers, body })
+  outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
+  outgoing.end(body)
+}
+
+/** Closes every upstream pool, letting requests in flight finish. */
+export async function closeUpstreams(pools: Iterable<Pool>): Promise<void> {
+  await Promise.all([...pools].map((p) => p.close()))
+}

@@ -1,0 +1,90 @@
+/**
+ * Builds the gateway's Hono app. Each route of the config becomes one handler chain in the
+ * contract's order — route → fencing → idempotency → forward — registered in config order, so
+ * the first matching route wins.
+ */
+import { Hono, type MiddlewareHandler } from 'hono'
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
+import type { Pool } from 'undici'
+import type { Config } from './config/schema.js'
+import type { GatewayEnv } from './context.js'
+import { compileRoute, type CompiledRoute } from './route.js'
+import { Problem } from './problems.js'
+import type { Store } from './store/types.js'
+import type { Metrics } from './telemetry/metrics.js'
+import type { Logger } from './log.js'
+import { fencing } from './fencing/index.js'
+import { idempotency } from './idempotency/index.js'
+import { forward, createUpstream } from './forward/index.js'
+
+// A dot segment, raw or percent-encoded: resolving it after routing could reach another route's
+// path, and resolving it before would forward a path the client did not send. Refused instead.
+const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i
+
+export interface Gateway {
+  app: Hono<GatewayEnv>
+  pools: Pool[]
+}
+
+/** Sets the route for the chain; refuses an oversized declared body before anything else. */
+function routeEntry(route: CompiledRoute): MiddlewareHandler<GatewayEnv> {
+  return async function routeEntry(c, next) {
+    c.set('route', route)
+    await next()
+  }
+}
+
+/** Measures every request and records its outcome (contract §6). */
+function observe(metrics: Metrics): MiddlewareHandler<GatewayEnv> {
+  return async function observe(c, next) {
+    const started = performance.now()
+    const path = c.env.incoming.url ?? '/'
+    const q = path.indexOf('?')
+    if (DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) {
+      const p = new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
+      c.set('outcome', p.outcome)
+      c.res = p.toResponse()
+    } else {
+      await next()
+    }
+    const route = c.get('route')?.name ?? 'none'
+    const outcome = c.get('outcome') ?? 'forwarded'
+    const code = c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status
+    metrics.requests.inc({ route, method: c.env.incoming.method ?? 'GET', code: String(code), outcome })
+    metrics.requestDuration.observe({ route, outcome }, (performance.now() - started) / 1000)
+  }
+}
+
+export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger): Gateway {
+  const app = new Hono<GatewayEnv>()
+  const pools: Pool[] = []
+  app.use('*', observe(metrics))
+  for (const rc of config.routes) {
+    const route = compileRoute(rc)
+    const pool = createUpstream(route)
+    pools.push(pool)
+    const chain = [
+      routeEntry(route),
+      fencing(route, store, metrics),
+      idempotency(route, store, metrics, log),
+      forward(route, pool, metrics),
+    ] as const
+    if (rc.match.methods) app.on(rc.match.methods, rc.match.path, ...chain)
+    else app.all(rc.match.path, ...chain)
+  }
+  app.notFound((c) => {
+    c.set('outcome', 'no_route')
+    return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').toResponse()
+  })
+  app.onError((err, c) => {
+    if (err instanceof Problem) {
+      c.set('outcome', err.outcome)
+      return err.toResponse()
+    }
+    log.error('unexpected error on the request path', { route: c.get('route')?.name, error: err.message })
+    c.set('outcome', 'upstream_error')
+    if (c.env.outgoing.headersSent) { c.env.outgoing.destroy(); return RESPONSE_ALREADY_SENT }
+    return new Problem('upstream-unavailable', 'The gateway failed to handle the request.').toResponse()
+  })
+  return { app, pools }
+}

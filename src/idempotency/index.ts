@@ -1,0 +1,138 @@
+/**
+ * `idempotency()`: deduplicates requests by idempotency key (contract §4,
+ * draft-ietf-httpapi-idempotency-key-header §2, Stripe's semantics where it is silent).
+ * The first request claims the key atomically (in-flight, with a lease), is forwarded, and its
+ * response is stored before the client sees it; repeats with the same fingerprint get that
+ * response replayed byte for byte and the upstream is not called.
+ */
+import { randomUUID } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { MiddlewareHandler } from 'hono'
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
+import type { Exchange, GatewayEnv } from '../context.js'
+import { sha256hex, type CompiledRoute } from '../route.js'
+import type { Metrics } from '../telemetry/metrics.js'
+import type { Logger } from '../log.js'
+import type { RecordKey, Store, StoredResponse } from '../store/types.js'
+import { Problem } from '../problems.js'
+import { storeProblem } from '../store/problem.js'
+import { readBody } from '../body.js'
+import { requestTemplateSource } from '../template-source.js'
+import { flat } from '../forward/headers.js'
+import { parseIdempotencyKey } from './key.js'
+import { fingerprint } from './fingerprint.js'
+
+/** Upstream statuses that mean "not done, try again": the claim is released, not stored. */
+export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
+
+/**
+ * @example
+ * app.post('/accounts/:account/*', fencing(...), idempotency(route, store, metrics, log), forward(...))
+ * @throws Problem 400 idempotency-key-required / -malformed, 413 body-too-large,
+ *   422 idempotency-key-reused, 409 request-in-flight (with Retry-After) / outcome-unknown /
+ *   response-not-stored, 503 store-unavailable
+ */
+export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger): MiddlewareHandler<GatewayEnv> {
+  const i = route.idempotency
+  if (!i) return async function idempotencyOff(_c, next) { await next() }
+  const label = { route: route.name }
+  const maxBody = route.config.maxRequestBytes
+  const waitMs = route.config.upstream.timeout
+  const count = (result: string) => metrics.idempotency.inc({ route: route.name, result })
+
+  const exchange = (key: RecordKey, claimId: string): Exchange => ({
+    captureBytes: i.maxResponseBytes,
+    async onResponse(res) {
+      try {
+        if (RELEASE_STATUSES.has(res.status)) {
+          count('released')
+          await store.release(key, claimId)
+        } else if (res.body === undefined) {
+          count('not_stored')
+          await store.finish(key, claimId, { kind: 'not_stored', status: res.status }, i.ttl, Date.now())
+        } else {
+          count('stored')
+          await store.finish(key, claimId, { kind: 'completed', response: { status: res.status, headers: res.headers, body: res.body } }, i.ttl, Date.now())
+        }
+      } catch (e) {
+        // The effect happened; the client still gets its response. The record stays in flight
+        // until its lease ends and then counts as an unknown outcome (reason crash).
+        log.error('idempotency record not written after the upstream answered', { route: route.name, error: (e as Error).message })
+      }
+    },
+    async onFailure(failure) {
+      try {
+        if (!failure.sent) {
+          count('released')
+          await store.release(key, claimId)
+        } else {
+          await store.finish(key, claimId, { kind: 'unknown', reason: failure.reason }, i.ttl, Date.now())
+        }
+      } catch (e) {
+        log.error('idempotency record not updated after an upstream failure', { route: route.name, error: (e as Error).message })
+      }
+    },
+  })
+
+  return async function idempotency(c, next) {
+    const incoming = c.env.incoming
+    if (!i.methods.has(incoming.method!)) return next()
+    const raw = incoming.headers[i.keyHeader]
+    if (raw === undefined) {
+      if (!i.required) return next()
+      throw new Problem('idempotency-key-required', `This route requires an ${i.keyHeader} header naming the operation, so a retry cannot apply it twice.`)
+    }
+    const key = parseIdempotencyKey(Array.isArray(raw) ? raw.join(', ') : raw)
+    if (key === undefined) {
+      throw new Problem('idempotency-key-malformed', `${i.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`)
+    }
+    const body = await readBody(incoming, maxBody)
+    c.set('body', body)
+    const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
+    const scope = i.scopeIsRoute ? '' : sha256hex(i.scope(requestTemplateSource(c)) ?? '')
+    const recordKey: RecordKey = { route: route.name, scope, key }
+    const claimId = randomUUID()
+    const deadline = Date.now() + waitMs
+    for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {
+      let result
+      try {
+        result = await store.claim(recordKey, { fingerprint: fp, claimId, leaseMs: i.lease, ttlMs: i.ttl, retryUnknown: i.unknownOutcome === 'retry' }, Date.now())
+      } catch (e) {
+        throw storeProblem(e)
+      }
+      switch (result.kind) {
+        case 'claimed':
+          if (result.after) {
+            metrics.duplicateForwards.inc(label)
+            log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: route.name, after: result.after })
+          }
+          c.set('exchange', exchange(recordKey, claimId))
+          await next()
+          return
+        case 'completed':
+          count('replayed')
+          c.set('idempotencyResult', 'replayed')
+          c.set('outcome', 'replayed')
+          return replay(c.env.outgoing, result.response)
+        case 'not_stored':
+          count('replayed')
+          throw new Problem('response-not-stored', `The first request with this key completed with status ${result.status}, but its response was larger than this route stores (idempotency.maxResponseBytes); it was not applied again.`, { originalStatus: result.status })
+        case 'mismatch':
+          count('key_reused')
+          throw new Problem('idempotency-key-reused', 'This idempotency key was already used with a different request (method, path, content type or body).')
+        case 'unknown':
+          throw new Problem('outcome-unknown', `The first request with this key was sent upstream and no complete response came back (${result.reason}); it may or may not have taken effect. It is not sent again (unknownOutcome: reject) until an operator resolves it or the key expires.`, { reason: result.reason })
+        case 'in_flight':
+          if (i.inFlight === 'wait' && Date.now() + pause < deadline) { await sleep(pause); continue }
+          count('in_flight')
+          throw new Problem('request-in-flight', 'A request with this idempotency key is being processed; retry after it completes.', {}, { 'retry-after': '1' })
+      }
+    }
+  }
+}
+
+function replay(outgoing: GatewayEnv['Bindings']['outgoing'], res: StoredResponse): Response {
+  outgoing.writeHead(res.status, flat(res.headers, ['idempotent-replayed', 'true']))
+  outgoing.end(res.body)
+  return RESPONSE_ALREADY_SENT
+}

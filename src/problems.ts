@@ -1,0 +1,71 @@
+/**
+ * Every response the gateway makes itself is an RFC 9457 problem (application/problem+json)
+ * with the contract's `type` URNs. Middleware throws `Problem`; the gateway turns it into a
+ * response in one place (gateway.ts `onError`).
+ */
+
+/** The request outcomes of contract §6, the `outcome` metric label. */
+export type Outcome =
+  | 'forwarded' | 'replayed' | 'stale' | 'token_missing' | 'token_malformed' | 'key_missing'
+  | 'key_malformed' | 'key_reused' | 'in_flight' | 'outcome_unknown' | 'upstream_error'
+  | 'store_error' | 'no_route' | 'bad_request'
+
+interface ProblemKind { status: number; title: string; outcome: Outcome }
+
+/** Problem types by the last part of their URN (`urn:fencegate:problem:<name>`). */
+export const PROBLEMS = {
+  'fencing-token-required': { status: 428, title: 'Fencing token required', outcome: 'token_missing' },
+  'fencing-token-malformed': { status: 400, title: 'Fencing token malformed', outcome: 'token_malformed' },
+  'fencing-resource-missing': { status: 400, title: 'Fencing resource cannot be determined', outcome: 'token_malformed' },
+  'stale-fencing-token': { status: 412, title: 'Stale fencing token', outcome: 'stale' },
+  'idempotency-key-required': { status: 400, title: 'Idempotency key required', outcome: 'key_missing' },
+  'idempotency-key-malformed': { status: 400, title: 'Idempotency key malformed', outcome: 'key_malformed' },
+  'idempotency-key-reused': { status: 422, title: 'Idempotency key reused with another request', outcome: 'key_reused' },
+  'request-in-flight': { status: 409, title: 'A request with this idempotency key is in flight', outcome: 'in_flight' },
+  'outcome-unknown': { status: 409, title: 'Outcome of the first attempt unknown', outcome: 'outcome_unknown' },
+  'response-not-stored': { status: 409, title: 'Response of the first attempt was not stored', outcome: 'replayed' },
+  'no-route': { status: 404, title: 'No route', outcome: 'no_route' },
+  'bad-path': { status: 400, title: 'Path not accepted', outcome: 'bad_request' },
+  'body-too-large': { status: 413, title: 'Request body too large', outcome: 'bad_request' },
+  'upstream-unavailable': { status: 502, title: 'Upstream unavailable', outcome: 'upstream_error' },
+  'upstream-timeout': { status: 504, title: 'Upstream timeout', outcome: 'outcome_unknown' },
+  'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
+  'shutting-down': { status: 503, title: 'Gateway shutting down', outcome: 'upstream_error' },
+} as const satisfies Record<string, ProblemKind>
+
+export type ProblemName = keyof typeof PROBLEMS
+
+/** A gateway-made error response; `extra` members are added to the problem body. */
+export class Problem extends Error {
+  readonly status: number
+  readonly type: string
+  readonly title: string
+  outcome: Outcome
+  constructor(
+    readonly name_: ProblemName,
+    readonly detail: string,
+    readonly extra: Record<string, string | number> = {},
+    /** response headers, e.g. Retry-After (seconds) */
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(detail)
+    this.name = 'Problem'
+    const kind: ProblemKind = PROBLEMS[name_]
+    this.status = kind.status
+    this.title = kind.title
+    this.type = `urn:fencegate:problem:${name_}`
+    this.outcome = kind.outcome
+  }
+
+  /** The RFC 9457 body, serialised. */
+  body(): string {
+    return JSON.stringify({ type: this.type, title: this.title, status: this.status, detail: this.detail, ...this.extra })
+  }
+
+  toResponse(): Response {
+    return new Response(this.body(), {
+      status: this.status,
+      headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...this.headers },
+    })
+  }
+}

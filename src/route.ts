@@ -1,0 +1,43 @@
+/**
+ * A route from the config, compiled once at start-up: templates become functions, durations
+ * are numbers, header names are lower-cased.
+ */
+import type { RouteConfig } from './config/schema.js'
+import { compileTemplate, pathParams, type Template } from './config/template.js'
+import { createHash } from 'node:crypto'
+
+export interface CompiledRoute {
+  name: string
+  config: RouteConfig
+  fencing?: { resource: Template; tokenHeader: string; required: boolean }
+  idempotency?: {
+    keyHeader: string
+    required: boolean
+    methods: ReadonlySet<string>
+    scope: Template
+    /** true when the scope is the empty template: every request of the route shares one scope */
+    scopeIsRoute: boolean
+  } & Omit<NonNullable<RouteConfig['idempotency']>, 'keyHeader' | 'required' | 'methods' | 'scope'>
+}
+
+export const sha256hex = (s: string | Buffer): string => createHash('sha256').update(s).digest('hex')
+
+export function compileRoute(r: RouteConfig): CompiledRoute {
+  const params = pathParams(r.match.path)
+  const out: CompiledRoute = { name: r.name, config: r }
+  if (r.fencing) {
+    out.fencing = { resource: compileTemplate(r.fencing.resource, params), tokenHeader: r.fencing.tokenHeader.toLowerCase(), required: r.fencing.required }
+  }
+  if (r.idempotency) {
+    const { keyHeader, required, methods, scope, ...rest } = r.idempotency
+    out.idempotency = {
+      ...rest,
+      keyHeader: keyHeader.toLowerCase(),
+      required,
+      methods: new Set(methods),
+      scope: compileTemplate(scope, params),
+      scopeIsRoute: scope === '',
+    }
+  }
+  return out
+}

@@ -1,0 +1,87 @@
+/**
+ * Starts and stops a gateway process: store, proxy listener, admin listener. SIGTERM/SIGINT:
+ * stop accepting, let requests in flight finish up to `shutdown.grace`, then close upstream
+ * pools and the store.
+ */
+import type { AddressInfo } from 'node:net'
+import type { Server } from 'node:http'
+import { createAdaptorServer } from '@hono/node-server'
+import type { Config } from './config/schema.js'
+import { createGateway } from './gateway.js'
+import { createAdmin } from './admin.js'
+import { openStore, guardStore } from './store/index.js'
+import { closeUpstreams } from './forward/index.js'
+import { createMetrics, type Metrics } from './telemetry/metrics.js'
+import { createLogger, type Logger } from './log.js'
+import { VERSION } from './version.js'
+
+export interface Running {
+  /** `http://host:port` of the proxy listener */
+  url: string
+  adminUrl: string
+  metrics: Metrics
+  /** graceful stop; resolves once everything is closed */
+  close(): Promise<void>
+}
+
+const hostPort = (listen: string): { host: string; port: number } => {
+  const i = listen.lastIndexOf(':')
+  return { host: listen.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(listen.slice(i + 1)) }
+}
+
+function listen(server: Server, listenAt: string): Promise<string> {
+  const { host, port } = hostPort(listenAt)
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      server.off('error', reject)
+      const a = server.address() as AddressInfo
+      resolve(`http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
+    })
+  })
+}
+
+/**
+ * Opens the store and starts both listeners.
+ * @throws StoreError when the store cannot be opened; Error (EADDRINUSE…) when a port is taken
+ */
+export async function startGateway(config: Config, log: Logger = createLogger()): Promise<Running> {
+  const metrics = createMetrics(VERSION)
+  const raw = await openStore(config.store)
+  const store = guardStore(raw, metrics, config.store.timeout)
+  try {
+    await store.ping()
+  } catch (e) {
+    await raw.close().catch(() => {})
+    throw e
+  }
+  let accepting = true
+  const { app, pools } = createGateway(config, store, metrics, log)
+  const server = createAdaptorServer({ fetch: app.fetch, autoCleanupIncoming: false }) as Server
+  const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting }).fetch }) as Server
+  let url: string, adminUrl: string
+  try {
+    url = await listen(server, config.listen)
+    adminUrl = await listen(admin, config.admin.listen)
+  } catch (e) {
+    server.close()
+    await raw.close()
+    throw e
+  }
+  let closing: Promise<void> | undefined
+  const close = () => (closing ??= (async () => {
+    accepting = false
+    const drained = new Promise<void>((r) => server.close(() => r()))
+    server.closeIdleConnections()
+    const grace = new Promise<'late'>((r) => setTimeout(() => r('late'), config.shutdown.grace).unref())
+    if ((await Promise.race([drained, grace])) === 'late') {
+      log.warn('shutdown grace passed; closing connections with requests still in flight')
+      server.closeAllConnections()
+    }
+    await closeUpstreams(pools).catch(() => {})
+    await raw.close().catch(() => {})
+    admin.closeAllConnections()
+    await new Promise<void>((r) => admin.close(() => r()))
+  })())
+  return { url, adminUrl, metrics, close }
+}

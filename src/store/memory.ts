@@ -1,0 +1,87 @@
+/**
+ * In-process store. Not shared between processes and lost on exit: for development, tests and
+ * single-process deployments that accept losing high-water marks on restart.
+ * High-water marks are never evicted: past `maxResources` a new resource is refused with a
+ * StoreError (503 and a log line), never a silent forget. Idempotency records live in an LRU
+ * with a per-record ttl.
+ */
+import { LRUCache } from 'lru-cache'
+import { decideClaim, decideFinish, mayRelease, type IdemRecord } from './records.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store } from './types.js'
+
+export interface MemoryStoreOptions {
+  /** most resources with a high-water mark; default 1,000,000 */
+  maxResources?: number
+  /** most idempotency records kept; the least recently used completed ones go first; default 100,000 */
+  maxRecords?: number
+}
+
+export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.key}`
+
+export class MemoryStore implements Store {
+  readonly kind = 'memory' as const
+  readonly #fences = new Map<string, bigint>()
+  readonly #records: LRUCache<string, IdemRecord>
+  readonly #maxResources: number
+  #closed = false
+
+  constructor(options: MemoryStoreOptions = {}) {
+    const { maxResources = 1_000_000, maxRecords = 100_000 } = options
+    if (!Number.isInteger(maxResources) || maxResources < 1) throw new TypeError('options.maxResources must be a positive integer')
+    if (!Number.isInteger(maxRecords) || maxRecords < 1) throw new TypeError('options.maxRecords must be a positive integer')
+    this.#maxResources = maxResources
+    this.#records = new LRUCache({ max: maxRecords })
+  }
+
+  #open(op: string): void {
+    if (this.#closed) throw new StoreError('store is closed', op)
+  }
+
+  async fence(resource: string, token: bigint): Promise<FenceResult> {
+    this.#open('fence')
+    const highest = this.#fences.get(resource)
+    if (highest === undefined) {
+      if (this.#fences.size >= this.#maxResources) {
+        throw new StoreError(`memory store holds ${this.#maxResources} resources (store.maxResources); refusing a new one rather than forgetting a high-water mark`, 'fence')
+      }
+    } else if (token < highest) {
+      return { accepted: false, highest }
+    }
+    this.#fences.set(resource, token)
+    return { accepted: true, highest: token }
+  }
+
+  async highest(resource: string): Promise<bigint | undefined> {
+    this.#open('highest')
+    return this.#fences.get(resource)
+  }
+
+  async claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
+    this.#open('claim')
+    const id = recordId(key)
+    const { result, write } = decideClaim(this.#records.get(id), req, now)
+    if (write) this.#records.set(id, write, { ttl: Math.max(1, write.expiresAt - now) })
+    return result
+  }
+
+  async finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
+    this.#open('finish')
+    const id = recordId(key)
+    const next = decideFinish(this.#records.get(id), claimId, done, ttlMs, now)
+    if (next) this.#records.set(id, next, { ttl: ttlMs })
+  }
+
+  async release(key: RecordKey, claimId: string): Promise<void> {
+    this.#open('release')
+    const id = recordId(key)
+    if (mayRelease(this.#records.get(id), claimId)) this.#records.delete(id)
+  }
+
+  async ping(): Promise<void> {
+    this.#open('ping')
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * The idempotency record state machine, shared by the stores that run it in-process (memory,
+ * sqlite). Stores call `decideClaim` inside their own atomic section (a synchronous block, a
+ * transaction); stores that run server-side scripts (redis, postgres) implement the same table.
+ *
+ *   (none | expired) --claim--> in_flight --finish--> completed | not_stored | unknown
+ *   in_flight --release--> (none)          in_flight past lease --claim--> unknown(crash) or taken over
+ *   unknown --claim with retryUnknown--> in_flight (a possible duplicate effect)
+ */
+import type { ClaimRequest, ClaimResult, Completion, StoredResponse, UnknownReason } from './types.js'
+
+export type RecordState = 'in_flight' | 'completed' | 'not_stored' | 'unknown'
+
+/** One stored record. Times are epoch ms. */
+export interface IdemRecord {
+  state: RecordState
+  fingerprint: string
+  claimId: string
+  /** in_flight: when the lease ends */
+  leaseUntil: number
+  /** when the record is forgotten */
+  expiresAt: number
+  /** completed: the stored response; not_stored: status only */
+  response?: StoredResponse
+  status?: number
+  reason?: UnknownReason
+}
+
+/** Decides a claim on the record found (or not) under the key; `write` is the record to store. */
+export function decideClaim(
+  found: IdemRecord | undefined,
+  req: ClaimRequest,
+  now: number,
+): { result: ClaimResult; write?: IdemRecord } {
+  const fresh = (): IdemRecord => ({
+    state: 'in_flight',
+    fingerprint: req.fingerprint,
+    claimId: req.claimId,
+    leaseUntil: now + req.leaseMs,
+    expiresAt: now + req.ttlMs,
+  })
+  if (!found || found.expiresAt <= now) return { result: { kind: 'claimed' }, write: fresh() }
+  if (found.fingerprint !== req.fingerprint) return { result: { kind: 'mismatch' } }
+  switch (found.state) {
+    case 'completed':
+      return { result: { kind: 'completed', response: found.response! } }
+    case 'not_stored':
+      return { result: { kind: 'not_stored', status: found.status ?? 0 } }
+    case 'in_flight': {
+      if (found.leaseUntil > now) return { result: { kind: 'in_flight', leaseUntil: found.leaseUntil } }
+      // abandoned: its holder crashed or hung past the lease, so the effect may have happened
+      if (req.retryUnknown) return { result: { kind: 'claimed', after: 'crash' }, write: fresh() }
+      return { result: { kind: 'unknown', reason: 'crash' }, write: { ...found, state: 'unknown', reason: 'crash' } }
+    }
+    case 'unknown': {
+      const reason = found.reason ?? 'crash'
+      if (req.retryUnknown) return { result: { kind: 'claimed', after: reason }, write: fresh() }
+      return { result: { kind: 'unknown', reason } }
+    }
+  }
+}
+
+/** The record after `finish`, or undefined when the claim is no longer held (no write). */
+export function decideFinish(found: IdemRecord | undefined, claimId: string, done: Completion, ttlMs: number, now: number): IdemRecord | undefined {
+  if (!found || found.claimId !== claimId || found.state !== 'in_flight') return undefined
+  const base = { fingerprint: found.fingerprint, claimId, leaseUntil: 0, expiresAt: now + ttlMs }
+  switch (done.kind) {
+    case 'completed': return { ...base, state: 'completed', response: done.response }
+    case 'not_stored': return { ...base, state: 'not_stored', status: done.status }
+    case 'unknown': return { ...base, state: 'unknown', reason: done.reason }
+  }
+}
+
+/** True when `release` by `claimId` may delete the record. */
+export const mayRelease = (found: IdemRecord | undefined, claimId: string): boolean =>
+  !!found && found.claimId === claimId && found.state === 'in_flight'

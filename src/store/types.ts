@@ -1,0 +1,126 @@
+/**
+ * The store interface: the only place fencegate keeps state. Every implementation (memory,
+ * sqlite, and later redis, postgres) passes the one conformance suite in test/store/.
+ *
+ * Atomicity promises, which the request path relies on:
+ * - `fence` is a single check-and-set: no two calls for one resource interleave between the
+ *   comparison and the write, across every gateway process sharing the store.
+ * - `claim` is a single check-and-set on the record key: of N concurrent claims of one key at
+ *   most one returns `claimed`.
+ * - `complete`, `release` and `markUnknown` act only when the record is still held by the
+ *   claim that names it (`claimId`): a claim taken over after its lease ended cannot be
+ *   overwritten by the holder that lost it.
+ * Durability: a high-water mark is never evicted or expired. Idempotency records live for
+ * their `ttlMs`; an in-flight record whose lease passed is reported as abandoned.
+ * Errors: any method may reject with `StoreError`; callers treat it as "the store cannot
+ * answer" and fail closed.
+ */
+
+/** Store kinds from the config (contract §2); also the `store` label in metrics. */
+export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
+
+/** Result of a fencing check-and-set. `highest` is the high-water mark after the call. */
+export interface FenceResult {
+  accepted: boolean
+  highest: bigint
+}
+
+/** Identifies one idempotency record: (route, hash of scope, idempotency key). */
+export interface RecordKey {
+  route: string
+  /** hex SHA-256 of the filled scope template */
+  scope: string
+  /** the idempotency key, unquoted (1–255 visible ASCII characters) */
+  key: string
+}
+
+/** A response as stored for replay: status, end-to-end header lines, body bytes. */
+export interface StoredResponse {
+  status: number
+  /** header lines in order, lower-case names; several Set-Cookie lines stay several */
+  headers: [string, string][]
+  body: Buffer
+}
+
+/** Why the outcome of a forwarded request is unknown (contract §6 `reason`). */
+export type UnknownReason = 'timeout' | 'reset' | 'client_abort' | 'crash'
+
+export interface ClaimRequest {
+  fingerprint: string
+  /** unique id of this attempt; later calls must name it */
+  claimId: string
+  /** how long the in-flight record holds the key before it counts as abandoned, ms */
+  leaseMs: number
+  /** how long the record lives in all, ms (contract `idempotency.ttl`) */
+  ttlMs: number
+  /** `retry`: a record whose outcome is unknown may be claimed again (at-least-once) */
+  retryUnknown: boolean
+}
+
+/**
+ * What `claim` found:
+ * - `claimed`: the key is ours; forward the request. `after` says what came before when
+ *   this claim replaced an earlier attempt whose outcome is unknown (a possible duplicate
+ *   effect), absent for a fresh key.
+ * - `completed`: replay `response`.
+ * - `not_stored`: the first attempt completed with `status` but its response was too large to keep.
+ * - `in_flight`: another attempt holds the key until `leaseUntil` (epoch ms).
+ * - `unknown`: the first attempt's outcome is unknown and the route is at-most-once.
+ * - `mismatch`: the key was used with another fingerprint.
+ */
+export type ClaimResult =
+  | { kind: 'claimed'; after?: UnknownReason }
+  | { kind: 'completed'; response: StoredResponse }
+  | { kind: 'not_stored'; status: number }
+  | { kind: 'in_flight'; leaseUntil: number }
+  | { kind: 'unknown'; reason: UnknownReason }
+  | { kind: 'mismatch' }
+
+/** How an attempt ended, written with `finish`. */
+export type Completion =
+  | { kind: 'completed'; response: StoredResponse }
+  | { kind: 'not_stored'; status: number }
+  | { kind: 'unknown'; reason: UnknownReason }
+
+export interface Store {
+  readonly kind: StoreKind
+  /**
+   * Fencing check-and-set (contract §3): accept iff `token >= highest`, and then set
+   * `highest := token`, atomically. A resource seen for the first time accepts any token.
+   * @param resource the filled resource template
+   * @param token 0 ≤ token ≤ 2^63−1
+   */
+  fence(resource: string, token: bigint): Promise<FenceResult>
+  /** Read the high-water mark of a resource, or undefined when none was accepted yet. */
+  highest(resource: string): Promise<bigint | undefined>
+  /**
+   * Claim an idempotency key atomically (draft-ietf-httpapi-idempotency-key-header §2.6).
+   * An in-flight record past its lease counts as an attempt whose outcome is unknown
+   * (reason `crash`): with `retryUnknown` it is taken over, else reported as `unknown`.
+   */
+  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult>
+  /**
+   * Record how the attempt `claimId` ended; keeps the record for `ttlMs` from `now`.
+   * A no-op when the claim is no longer held (taken over after its lease).
+   */
+  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void>
+  /** Give the key up: nothing was done upstream (502/503/504/429 or a connect failure). */
+  release(key: RecordKey, claimId: string): Promise<void>
+  /** Answers when the store can serve requests; rejects with StoreError when not. */
+  ping(): Promise<void>
+  /** Flush and close connections or files; further calls reject. */
+  close(): Promise<void>
+}
+
+/** The store could not answer: down, too slow, or full. Callers fail closed (503). */
+export class StoreError extends Error {
+  constructor(
+    message: string,
+    /** the store operation that failed, the `op` label in metrics */
+    readonly op: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options)
+    this.name = 'StoreError'
+  }
+}
