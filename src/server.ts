@@ -48,7 +48,7 @@ function listen(server: Server, listenAt: string): Promise<string> {
 export async function startGateway(config: Config, log: Logger = createLogger()): Promise<Running> {
   const metrics = createMetrics(VERSION)
   const raw = await openStore(config.store)
-  const store = guardStore(raw, metrics, config.store.timeout)
+  const store = guardStore(raw, metrics, config.store.timeout, log)
   try {
     await store.ping()
   } catch (e) {

@@ -5,6 +5,7 @@
  */
 import type { Config } from '../config/schema.js'
 import type { Metrics } from '../telemetry/metrics.js'
+import type { Logger } from '../log.js'
 import { MemoryStore } from './memory.js'
 import { SqliteStore } from './sqlite.js'
 import { StoreError, type Store } from './types.js'
@@ -34,15 +35,24 @@ function withTimeout<T>(p: Promise<T>, ms: number, op: string): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer))
 }
 
-/** A Store that measures, counts errors and enforces the timeout on every call of `inner`. */
-export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number): Store {
+/**
+ * A Store that measures, counts errors and enforces the timeout on every call of `inner`.
+ * Failures are logged at most once a second per operation, so an outage does not flood the log.
+ */
+export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, log: Logger): Store {
   const kind = inner.kind
+  const lastLogged = new Map<string, number>()
   const call = async <T>(op: string, fn: () => Promise<T>): Promise<T> => {
     const end = metrics.storeDuration.startTimer({ store: kind, op })
     try {
       return await withTimeout(fn(), timeoutMs, op)
     } catch (e) {
       metrics.storeErrors.inc({ store: kind, op })
+      const now = Date.now()
+      if (now - (lastLogged.get(op) ?? 0) >= 1000) {
+        lastLogged.set(op, now)
+        log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
+      }
       throw e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
     } finally {
       end()

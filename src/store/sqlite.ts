@@ -88,6 +88,7 @@ export class SqliteStore implements Store {
   readonly #finishTx: (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => void
   readonly #releaseTx: (id: string, claimId: string) => void
   readonly #reaper?: NodeJS.Timeout
+  readonly #pingTx: () => void
 
   /** @throws StoreError when the file cannot be opened or initialised */
   constructor(options: SqliteStoreOptions) {
@@ -141,6 +142,7 @@ export class SqliteStore implements Store {
     this.#claimTx = claimTx.immediate
     this.#finishTx = finishTx.immediate
     this.#releaseTx = releaseTx.immediate
+    this.#pingTx = db.transaction(() => {}).immediate
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => { try { this.reap(Date.now()) } catch { /* next round */ } }, reapIntervalMs)
       this.#reaper.unref()
@@ -180,8 +182,9 @@ export class SqliteStore implements Store {
     return this.#reap.run(now).changes
   }
 
+  /** Takes and gives back the write lock: a read alone would pass while writers are locked out. */
   ping(): Promise<void> {
-    return this.#run('ping', () => { this.#db.prepare('SELECT 1').get() })
+    return this.#run('ping', () => this.#pingTx())
   }
 
   async close(): Promise<void> {

@@ -1,0 +1,165 @@
+// Contract §3: every row of the fencing table against a running gateway and a real upstream,
+// asserting the status, the problem type and what the upstream received.
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { startUpstream, headerValues, type Upstream } from './helpers/upstream.js'
+import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
+import { post, metrics, metric } from './helpers/http.js'
+
+const P = 'urn:fencegate:problem:'
+let up: Upstream
+let gw: TestGateway
+let n = 0
+const res = () => `r${++n}-${Date.now()}`
+
+beforeAll(async () => {
+  up = await startUpstream()
+  gw = await startTestGateway(`store:
+  kind: sqlite
+  path: @DIR@/fg.db
+routes:
+${route('ledger', '/ledger/:res', up.url, `    fencing:
+      resource: "ledger:{param.res}"
+`)}${route('tenant', '/tenant', up.url, `    fencing:
+      resource: "{header.X-Tenant}/{query.doc}"
+`)}${route('optional', '/optional/:res', up.url, `    fencing:
+      resource: "{param.res}"
+      required: false
+      tokenHeader: X-Lease-Generation
+`)}`)
+})
+afterAll(async () => { await gw?.close(); await up?.close() })
+
+const write = (r: string, token?: string | string[]) =>
+  post(`${gw.url}/ledger/${r}`, { r }, token === undefined ? {} : { 'fencing-token': token })
+
+describe('fencing tokens', () => {
+  test('a token on a fresh resource is accepted and forwarded unchanged', async () => {
+    const r = res()
+    const before = up.count(`/ledger/${r}`)
+    const reply = await write(r, '5')
+    expect(reply.status).toBe(201)
+    expect(up.count(`/ledger/${r}`)).toBe(before + 1)
+    expect(headerValues(up.last(), 'fencing-token')).toEqual(['5'])
+  })
+
+  test('equal tokens are accepted: one lease holder may write many times', async () => {
+    const r = res()
+    expect((await write(r, '7')).status).toBe(201)
+    expect((await write(r, '7')).status).toBe(201)
+    expect(up.count(`/ledger/${r}`)).toBe(2)
+  })
+
+  test('a stale token gets 412 with resource, token and highestToken, and nothing is forwarded', async () => {
+    const r = res()
+    await write(r, '10')
+    const reply = await write(r, '9')
+    expect(reply.status).toBe(412)
+    expect(reply.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(reply.json()).toMatchObject({ type: `${P}stale-fencing-token`, status: 412, resource: `ledger:${r}`, token: '9', highestToken: '10' })
+    expect(up.count(`/ledger/${r}`)).toBe(1)
+  })
+
+  test('a higher token raises the high-water mark', async () => {
+    const r = res()
+    await write(r, '1')
+    expect((await write(r, '2')).status).toBe(201)
+    expect((await write(r, '1')).json().highestToken).toBe('2')
+  })
+
+  test('a missing token on a route that requires one gets 428', async () => {
+    const r = res()
+    const reply = await write(r)
+    expect(reply.status).toBe(428)
+    expect(reply.json().type).toBe(`${P}fencing-token-required`)
+    expect(up.count(`/ledger/${r}`)).toBe(0)
+  })
+
+  test.each(['-1', '01', '+5', '1.0', '1 7', 'abc', '', '9223372036854775808', '0x10', '1e3'])('malformed token %j gets 400 and does not move the mark', async (bad) => {
+    const r = res()
+    await write(r, '1')
+    const reply = await write(r, bad)
+    expect(reply.status).toBe(400)
+    expect(reply.json().type).toBe(`${P}fencing-token-malformed`)
+    expect((await write(r, '1')).status).toBe(201)
+    expect(up.count(`/ledger/${r}`)).toBe(2)
+  })
+
+  test('the header given twice is malformed', async () => {
+    const r = res()
+    const reply = await write(r, ['9', '1'])
+    expect(reply.status).toBe(400)
+    expect(reply.json().type).toBe(`${P}fencing-token-malformed`)
+    expect(up.count(`/ledger/${r}`)).toBe(0)
+  })
+
+  test('2^63−1 is accepted and compared exactly, as is 2^53+1 against 2^53', async () => {
+    const a = res()
+    expect((await write(a, '9223372036854775807')).status).toBe(201)
+    const stale = await write(a, '9223372036854775806')
+    expect(stale.status).toBe(412)
+    expect(stale.text).toContain('"highestToken":"9223372036854775807"')
+    const b = res()
+    expect((await write(b, '9007199254740993')).status).toBe(201)
+    expect((await write(b, '9007199254740992')).status).toBe(412)
+  })
+
+  test('resources are independent', async () => {
+    const a = res(), b = res()
+    await write(a, '10')
+    expect((await write(b, '1')).status).toBe(201)
+  })
+
+  test('a resource template that cannot be filled gets 400 fencing-resource-missing', async () => {
+    const before = up.count('/tenant')
+    const reply = await post(`${gw.url}/tenant?doc=d1`, {}, { 'fencing-token': '1' })
+    expect(reply.status).toBe(400)
+    expect(reply.json().type).toBe(`${P}fencing-resource-missing`)
+    expect(up.count('/tenant')).toBe(before)
+    const ok = await post(`${gw.url}/tenant?doc=d1`, {}, { 'fencing-token': '1', 'x-tenant': 't1' })
+    expect(ok.status).toBe(201)
+    expect(up.count('/tenant')).toBe(before + 1)
+  })
+
+  test('templates read headers and query: another tenant is another resource', async () => {
+    await post(`${gw.url}/tenant?doc=d2`, {}, { 'fencing-token': '5', 'x-tenant': 'ta' })
+    expect((await post(`${gw.url}/tenant?doc=d2`, {}, { 'fencing-token': '1', 'x-tenant': 'tb' })).status).toBe(201)
+    expect((await post(`${gw.url}/tenant?doc=d2`, {}, { 'fencing-token': '1', 'x-tenant': 'ta' })).status).toBe(412)
+  })
+
+  test('required: false lets a request without a token through, and still checks one that has it', async () => {
+    const r = res()
+    expect((await post(`${gw.url}/optional/${r}`, {})).status).toBe(201)
+    expect((await post(`${gw.url}/optional/${r}`, {}, { 'x-lease-generation': '4' })).status).toBe(201)
+    const stale = await post(`${gw.url}/optional/${r}`, {}, { 'x-lease-generation': '3' })
+    expect(stale.status).toBe(412)
+  })
+
+  test('rejections are counted by reason', async () => {
+    const before = await metrics(gw.adminUrl)
+    const r = res()
+    await write(r, '3'); await write(r, '2'); await write(r); await write(r, 'x')
+    const after = await metrics(gw.adminUrl)
+    for (const reason of ['stale', 'missing', 'malformed']) {
+      expect(metric(after, 'fencegate_fencing_rejections_total', { route: 'ledger', reason }) - metric(before, 'fencegate_fencing_rejections_total', { route: 'ledger', reason })).toBe(1)
+    }
+    expect(metric(after, 'fencegate_requests_total', { route: 'ledger', outcome: 'stale', code: '412', method: 'POST' })).toBeGreaterThan(metric(before, 'fencegate_requests_total', { route: 'ledger', outcome: 'stale', code: '412', method: 'POST' }))
+  })
+
+  test('50 concurrent shuffled tokens: nothing below the mark at its check gets through, and the mark ends at the maximum', async () => {
+    const r = res()
+    const tokens = Array.from({ length: 50 }, (_, i) => i + 1).sort(() => Math.random() - 0.5)
+    const replies = await Promise.all(tokens.map(async (t) => ({ t, reply: await write(r, String(t)) })))
+    const accepted = replies.filter((x) => x.reply.status === 201).map((x) => x.t)
+    expect(accepted).toContain(50)
+    for (const { t, reply } of replies.filter((x) => x.reply.status !== 201)) {
+      expect(reply.status).toBe(412)
+      const highest = Number(reply.json().highestToken)
+      expect(highest).toBeGreaterThan(t)
+      expect(accepted).toContain(highest)
+    }
+    // what the upstream received is exactly what was accepted
+    const got = up.seen.filter((s) => s.url === `/ledger/${r}`).map((s) => Number(headerValues(s, 'fencing-token')[0]))
+    expect(got.sort((a, b) => a - b)).toEqual([...accepted].sort((a, b) => a - b))
+    expect((await write(r, '49')).json().highestToken).toBe('50')
+  })
+})

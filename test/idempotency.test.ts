@@ -1,0 +1,275 @@
+// Contract §4: idempotency keys against a running gateway and a real upstream: the table rows,
+// replay byte for byte, release rules, unknown outcomes, scope, ttl, size limits, concurrency.
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { startUpstream, type Upstream } from './helpers/upstream.js'
+import { startTestGateway, route, type TestGateway, freePort } from './helpers/gateway.js'
+import { post, send, metrics, metric } from './helpers/http.js'
+
+const P = 'urn:fencegate:problem:'
+let up: Upstream
+let gw: TestGateway
+let deadPort: number
+let n = 0
+const key = () => `k-${++n}-${Math.random().toString(36).slice(2)}`
+const idem = (extra = '') => `    idempotency:\n      required: true\n${extra}`
+
+beforeAll(async () => {
+  up = await startUpstream()
+  deadPort = await freePort()
+  gw = await startTestGateway(`store:
+  kind: sqlite
+  path: @DIR@/fg.db
+routes:
+${route('fenced', '/fenced/:res', up.url, `    fencing:
+      resource: "{param.res}"
+${idem()}`)}${route('wait', '/wait/*', up.url, idem('      inFlight: wait\n'))}\
+${route('scoped', '/scoped/*', up.url, idem('      scope: "{header.Authorization}"\n'))}\
+${route('short', '/short/*', up.url, idem('      ttl: 1s\n'))}\
+${route('small', '/small/*', up.url, idem('      maxResponseBytes: 1KiB\n'))}\
+${route('retry', '/retry/*', up.url, idem('      unknownOutcome: retry\n')).replace('timeout: 2s', 'timeout: 300ms')}\
+${route('optional', '/optional/*', up.url, '    idempotency:\n      required: false\n')}\
+${route('dead', '/dead/*', `http://127.0.0.1:${deadPort}`, idem())}\
+${route('main', '/*', up.url, idem()).replace('timeout: 2s', 'timeout: 300ms')}`)
+})
+afterAll(async () => { await gw?.close(); await up?.close() })
+
+const call = (path: string, k: string | string[] | undefined, body: unknown = { a: 1 }, headers: Record<string, string> = {}) =>
+  post(`${gw.url}${path}`, body, { ...(k === undefined ? {} : { 'idempotency-key': k }), ...headers })
+const delta = async (fn: () => Promise<unknown>, name: string, labels: Record<string, string>) => {
+  const before = metric(await metrics(gw.adminUrl), name, labels)
+  await fn()
+  return metric(await metrics(gw.adminUrl), name, labels) - before
+}
+
+describe('idempotency keys', () => {
+  test('a repeat with the same key and body is replayed byte for byte; the upstream is called once', async () => {
+    const k = key()
+    const first = await call('/charge', k)
+    expect(first.status).toBe(201)
+    expect(first.headers['idempotent-replayed']).toBeUndefined()
+    const second = await call('/charge', k)
+    expect(second.status).toBe(201)
+    expect(second.headers['idempotent-replayed']).toBe('true')
+    expect(second.body.equals(first.body)).toBe(true)
+    expect(second.headers['content-type']).toBe(first.headers['content-type'])
+    expect(second.headers['x-upstream']).toBe('yes')
+    expect(up.seen.filter((s) => s.url === '/charge' && s.headers.some(([h, v]) => h.toLowerCase() === 'idempotency-key' && v === k))).toHaveLength(1)
+  })
+
+  test('the key is forwarded upstream unchanged', async () => {
+    const k = `"${key()}"`
+    await call('/charge', k)
+    expect(up.last().headers.find(([h]) => h.toLowerCase() === 'idempotency-key')?.[1]).toBe(k)
+  })
+
+  test('an sf-string and the same characters bare name the same key', async () => {
+    const k = key()
+    expect((await call('/charge', `"${k}"`)).status).toBe(201)
+    const again = await call('/charge', k)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+  })
+
+  test('a missing key on a route that requires one gets 400 and nothing is forwarded', async () => {
+    const before = up.count('/nokey')
+    const r = await call('/nokey', undefined)
+    expect(r.status).toBe(400)
+    expect(r.json().type).toBe(`${P}idempotency-key-required`)
+    expect(up.count('/nokey')).toBe(before)
+  })
+
+  test('without required, a request without a key passes through every time', async () => {
+    const before = up.count('/optional/x')
+    await call('/optional/x', undefined)
+    await call('/optional/x', undefined)
+    expect(up.count('/optional/x')).toBe(before + 2)
+  })
+
+  test.each([
+    ['empty', ''],
+    ['too long', 'x'.repeat(256)],
+    ['with a space', 'a b'],
+    ['unterminated quote', '"abc'],
+    ['bad escape', '"a\\bc"'],
+    ['empty quotes', '""'],
+  ])('a malformed key (%s) gets 400', async (_what, bad) => {
+    const before = up.seen.length
+    const r = await call('/charge', bad)
+    expect(r.status).toBe(400)
+    expect(r.json().type).toBe(`${P}idempotency-key-malformed`)
+    expect(up.seen.length).toBe(before)
+  })
+
+  test('a key of exactly 255 characters is accepted', async () => {
+    expect((await call('/charge', 'k'.repeat(254) + String(++n % 10))).status).toBe(201)
+  })
+
+  test('the key header given twice is malformed', async () => {
+    const r = await call('/charge', [key(), key()])
+    expect(r.status).toBe(400)
+    expect(r.json().type).toBe(`${P}idempotency-key-malformed`)
+  })
+
+  test('the same key with another body, path or content type gets 422', async () => {
+    const k = key()
+    await call('/charge', k, { a: 1 })
+    expect((await call('/charge', k, { a: 2 })).json().type).toBe(`${P}idempotency-key-reused`)
+    expect((await call('/charge2', k, { a: 1 })).status).toBe(422)
+    const ct = await send(`${gw.url}/charge`, { method: 'POST', headers: { 'idempotency-key': k, 'content-type': 'text/plain' }, body: '{"a":1}' })
+    expect(ct.status).toBe(422)
+  })
+
+  test('methods outside idempotency.methods ignore the key', async () => {
+    const k = key()
+    const before = up.count('/get-me')
+    await send(`${gw.url}/get-me`, { headers: { 'idempotency-key': k } })
+    await send(`${gw.url}/get-me`, { headers: { 'idempotency-key': k } })
+    expect(up.count('/get-me')).toBe(before + 2)
+  })
+
+  test('a repeat while the first is in flight gets 409 with Retry-After (inFlight: reject)', async () => {
+    const k = key()
+    const first = call('/slow?ms=250', k)
+    await new Promise((r) => setTimeout(r, 60))
+    const second = await call('/slow?ms=250', k)
+    expect(second.status).toBe(409)
+    expect(second.headers['retry-after']).toBe('1')
+    expect(second.json().type).toBe(`${P}request-in-flight`)
+    expect((await first).status).toBe(200)
+    expect((await call('/slow?ms=250', k)).headers['idempotent-replayed']).toBe('true')
+  })
+
+  test('inFlight: wait answers the repeat with the first response', async () => {
+    const k = key()
+    const before = up.count('/wait/slow')
+    const first = call('/wait/slow?ms=200', k)
+    await new Promise((r) => setTimeout(r, 50))
+    const second = await call('/wait/slow?ms=200', k)
+    const a = await first
+    expect(second.status).toBe(200)
+    expect(second.headers['idempotent-replayed']).toBe('true')
+    expect(second.body.equals(a.body)).toBe(true)
+    expect(up.count('/wait/slow')).toBe(before + 1)
+  })
+
+  test('50 concurrent requests with one key reach the upstream once', async () => {
+    const k = key()
+    const replies = await Promise.all(Array.from({ length: 50 }, () => call('/concurrent', k)))
+    expect(up.seen.filter((s) => s.url === '/concurrent' && s.headers.some(([, v]) => v === k))).toHaveLength(1)
+    expect(replies.filter((r) => r.status === 201 && !r.headers['idempotent-replayed'])).toHaveLength(1)
+    for (const r of replies) expect([201, 409]).toContain(r.status)
+  })
+
+  test.each([502, 503, 504, 429])('an upstream %i releases the claim: the retry is forwarded again', async (status) => {
+    const k = key()
+    const path = `/status/${status}`
+    const before = up.count(path)
+    const released = await delta(async () => {
+      expect((await call(path, k)).status).toBe(status)
+      expect((await call(path, k)).status).toBe(status)
+    }, 'fencegate_idempotency_total', { route: 'main', result: 'released' })
+    expect(up.count(path)).toBe(before + 2)
+    expect(released).toBe(2)
+  })
+
+  test('an upstream 500 is stored and replayed, as Stripe does', async () => {
+    const k = key()
+    const before = up.count('/status/500')
+    expect((await call('/status/500', k)).status).toBe(500)
+    const again = await call('/status/500', k)
+    expect(again.status).toBe(500)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(up.count('/status/500')).toBe(before + 1)
+  })
+
+  test('connect refused: 502, the claim is released and a retry is forwarded again', async () => {
+    const k = key()
+    const released = await delta(async () => {
+      const a = await call('/dead/x', k)
+      expect(a.status).toBe(502)
+      expect(a.json().type).toBe(`${P}upstream-unavailable`)
+      expect((await call('/dead/x', k)).status).toBe(502) // not 409: nothing was sent
+    }, 'fencegate_idempotency_total', { route: 'dead', result: 'released' })
+    expect(released).toBe(2)
+  })
+
+  test('unknownOutcome: reject — the upstream applied the effect and timed out; the retry gets 409 outcome-unknown and is not forwarded', async () => {
+    const k = key()
+    const before = up.count('/apply-then-hang')
+    const first = await call('/apply-then-hang', k)
+    expect(first.status).toBe(504)
+    expect(first.json().type).toBe(`${P}upstream-timeout`)
+    const retry = await call('/apply-then-hang', k)
+    expect(retry.status).toBe(409)
+    expect(retry.json().type).toBe(`${P}outcome-unknown`)
+    expect(up.count('/apply-then-hang')).toBe(before + 1)
+    const m = await metrics(gw.adminUrl)
+    expect(metric(m, 'fencegate_unknown_outcomes_total', { route: 'main', reason: 'timeout' })).toBeGreaterThanOrEqual(1)
+  })
+
+  test('unknownOutcome: retry — the retry is forwarded again and counted as a duplicate forward', async () => {
+    const k = key()
+    const before = up.count('/retry/apply-then-hang')
+    const dup = await delta(async () => {
+      expect((await call('/retry/apply-then-hang', k)).status).toBe(504)
+      expect((await call('/retry/apply-then-hang', k)).status).toBe(504)
+    }, 'fencegate_duplicate_forwards_total', { route: 'retry' })
+    expect(up.count('/retry/apply-then-hang')).toBe(before + 2)
+    expect(dup).toBe(1)
+  })
+
+  test('scope: the same key under another Authorization is another operation', async () => {
+    const k = key()
+    const before = up.count('/scoped/x')
+    await call('/scoped/x', k, {}, { authorization: 'Bearer alice' })
+    await call('/scoped/x', k, {}, { authorization: 'Bearer bob' })
+    expect(up.count('/scoped/x')).toBe(before + 2)
+    expect((await call('/scoped/x', k, {}, { authorization: 'Bearer alice' })).headers['idempotent-replayed']).toBe('true')
+  })
+
+  test('ttl: a completed record is replayed for ttl, then the key is new again', async () => {
+    const k = key()
+    const before = up.count('/short/x')
+    await call('/short/x', k)
+    expect((await call('/short/x', k)).headers['idempotent-replayed']).toBe('true')
+    await new Promise((r) => setTimeout(r, 1100))
+    expect((await call('/short/x', k)).headers['idempotent-replayed']).toBeUndefined()
+    expect(up.count('/short/x')).toBe(before + 2)
+  })
+
+  test('a response larger than maxResponseBytes is passed through whole; a repeat gets 409 response-not-stored', async () => {
+    const k = key()
+    const notStored = await delta(async () => {
+      const r = await call('/small/large?bytes=5000', k)
+      expect(r.status).toBe(200)
+      expect(r.body.length).toBe(5000)
+    }, 'fencegate_idempotency_total', { route: 'small', result: 'not_stored' })
+    expect(notStored).toBe(1)
+    const again = await call('/small/large?bytes=5000', k)
+    expect(again.status).toBe(409)
+    expect(again.json()).toMatchObject({ type: `${P}response-not-stored`, originalStatus: 200 })
+    expect(up.count('/small/large')).toBe(1)
+  })
+
+  test('fencing runs first: a stale token is rejected even when its key has a stored response', async () => {
+    const k = key()
+    const r = `acct-${n}`
+    expect((await call(`/fenced/${r}`, k, {}, { 'fencing-token': '7' })).status).toBe(201)
+    expect((await call(`/fenced/${r}`, key(), {}, { 'fencing-token': '8' })).status).toBe(201)
+    const stale = await call(`/fenced/${r}`, k, {}, { 'fencing-token': '7' })
+    expect(stale.status).toBe(412)
+    expect(stale.headers['idempotent-replayed']).toBeUndefined()
+  })
+
+  test('results are counted: stored, replayed, in_flight, key_reused', async () => {
+    const k = key()
+    const m0 = await metrics(gw.adminUrl)
+    await call('/count', k)
+    await call('/count', k)
+    await call('/count', k, { other: true })
+    const m1 = await metrics(gw.adminUrl)
+    for (const result of ['stored', 'replayed', 'key_reused']) {
+      expect(metric(m1, 'fencegate_idempotency_total', { route: 'main', result }) - metric(m0, 'fencegate_idempotency_total', { route: 'main', result })).toBe(1)
+    }
+    expect(metric(m1, 'fencegate_requests_total', { route: 'main', outcome: 'replayed' })).toBeGreaterThan(metric(m0, 'fencegate_requests_total', { route: 'main', outcome: 'replayed' }))
+  })
+})
