@@ -26,9 +26,9 @@ const size = (fallback: string) =>
   })
 
 const listen = (fallback: string) =>
-  z.string().default(fallback).refine((s) => /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(s) && Number(s.slice(s.lastIndexOf(':') + 1)) <= 65535, {
+  z.union([z.string(), z.number()]).default(fallback).refine((s) => typeof s === 'string' && /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(s) && Number(s.slice(s.lastIndexOf(':') + 1)) <= 65535, {
     message: 'must be HOST:PORT, e.g. 127.0.0.1:8080',
-  })
+  }).transform(String)
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
 const method = z.string().transform((s) => s.toUpperCase()).pipe(z.enum(METHODS, { message: `must be one of ${METHODS.join(', ')}` }))

@@ -100,6 +100,10 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
       } catch (e) {
         throw storeProblem(e)
       }
+      if ('abandoned' in result && result.abandoned) {
+        metrics.unknownOutcomes.inc({ route: route.name, reason: 'crash' })
+        log.warn('found an in-flight record past its lease: its holder crashed or hung, the outcome is unknown', { route: route.name })
+      }
       switch (result.kind) {
         case 'claimed':
           if (result.after) {

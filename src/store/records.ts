@@ -49,8 +49,8 @@ export function decideClaim(
     case 'in_flight': {
       if (found.leaseUntil > now) return { result: { kind: 'in_flight', leaseUntil: found.leaseUntil } }
       // abandoned: its holder crashed or hung past the lease, so the effect may have happened
-      if (req.retryUnknown) return { result: { kind: 'claimed', after: 'crash' }, write: fresh() }
-      return { result: { kind: 'unknown', reason: 'crash' }, write: { ...found, state: 'unknown', reason: 'crash' } }
+      if (req.retryUnknown) return { result: { kind: 'claimed', after: 'crash', abandoned: true }, write: fresh() }
+      return { result: { kind: 'unknown', reason: 'crash', abandoned: true }, write: { ...found, state: 'unknown', reason: 'crash' } }
     }
     case 'unknown': {
       const reason = found.reason ?? 'crash'

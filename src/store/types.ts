@@ -67,13 +67,15 @@ export interface ClaimRequest {
  * - `in_flight`: another attempt holds the key until `leaseUntil` (epoch ms).
  * - `unknown`: the first attempt's outcome is unknown and the route is at-most-once.
  * - `mismatch`: the key was used with another fingerprint.
+ * `abandoned` is set on the one call that found an in-flight record past its lease (its holder
+ * crashed or hung): the moment the outcome became unknown, counted once.
  */
 export type ClaimResult =
-  | { kind: 'claimed'; after?: UnknownReason }
+  | { kind: 'claimed'; after?: UnknownReason; abandoned?: true }
   | { kind: 'completed'; response: StoredResponse }
   | { kind: 'not_stored'; status: number }
   | { kind: 'in_flight'; leaseUntil: number }
-  | { kind: 'unknown'; reason: UnknownReason }
+  | { kind: 'unknown'; reason: UnknownReason; abandoned?: true }
   | { kind: 'mismatch' }
 
 /** How an attempt ended, written with `finish`. */
