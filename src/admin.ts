@@ -4,6 +4,7 @@
  */
 import { Hono } from 'hono'
 import { bearerAuth } from 'hono/bearer-auth'
+import { HTTPException } from 'hono/http-exception'
 import type { Store } from './store/types.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { Problem } from './problems.js'
@@ -30,12 +31,13 @@ export function createAdmin({ token, store, metrics, accepting }: AdminOptions):
       return c.json({ status: 'store unavailable', store: store.kind, detail: (e as Error).message }, 503)
     }
   })
-  if (token) {
-    app.use('*', bearerAuth({
-      token,
-      noAuthenticationHeader: { message: 'admin endpoints need Authorization: Bearer <admin token>' },
-    }))
-  }
+  if (token) app.use('*', bearerAuth({ token }))
+  // bearerAuth throws; answer as every gateway-made response does, keeping its WWW-Authenticate
+  app.onError((err) => {
+    if (!(err instanceof HTTPException)) throw err
+    const challenge = err.getResponse().headers.get('www-authenticate') ?? 'Bearer'
+    return new Problem('unauthorized', 'Admin endpoints other than /healthz and /readyz need "Authorization: Bearer <admin.token>".', {}, { 'www-authenticate': challenge }).toResponse()
+  })
   app.get('/metrics', async (c) => {
     const body = await metrics.registry.metrics()
     return c.body(body, 200, { 'content-type': metrics.registry.contentType })

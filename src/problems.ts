@@ -30,6 +30,7 @@ export const PROBLEMS = {
   'upstream-unavailable': { status: 502, title: 'Upstream unavailable', outcome: 'upstream_error' },
   'upstream-timeout': { status: 504, title: 'Upstream timeout', outcome: 'outcome_unknown' },
   'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
+  'unauthorized': { status: 401, title: 'Admin token required', outcome: 'bad_request' },
   'shutting-down': { status: 503, title: 'Gateway shutting down', outcome: 'upstream_error' },
 } as const satisfies Record<string, ProblemKind>
 
