@@ -23,6 +23,7 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics): M
   const f = route.fencing
   if (!f) return async function fencingOff(_c, next) { await next() }
   const { tokenHeader, required, resource } = f
+  const headerName = route.config.fencing!.tokenHeader // as configured, for messages
   const reject = (reason: 'stale' | 'missing' | 'malformed', p: Problem): never => {
     metrics.fencingRejections.inc({ route: route.name, reason })
     throw p
@@ -31,12 +32,12 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics): M
     const raw = c.env.incoming.headers[tokenHeader]
     if (raw === undefined) {
       if (!required) return next()
-      reject('missing', new Problem('fencing-token-required', `This route requires a ${f.tokenHeader} header carrying the lease's fencing token.`))
+      reject('missing', new Problem('fencing-token-required', `This route requires a ${headerName} header carrying the lease's fencing token.`))
     }
     const value = Array.isArray(raw) ? raw.join(', ') : raw!
     const token = parseFencingToken(value)
     if (token === undefined) {
-      reject('malformed', new Problem('fencing-token-malformed', `${f.tokenHeader} must be one canonical decimal integer from 0 to 9223372036854775807.`))
+      reject('malformed', new Problem('fencing-token-malformed', `${headerName} must be one canonical decimal integer from 0 to 9223372036854775807.`))
     }
     const res = resource(requestTemplateSource(c))
     if (res === undefined) {

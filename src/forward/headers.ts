@@ -53,7 +53,7 @@ export function requestHeaders(incoming: IncomingMessage, upstreamHost: string):
   if (named?.has('x-forwarded-for')) xff = undefined
   const peer = peerAddress(incoming)
   out.push('host', upstreamHost)
-  out.push('x-forwarded-for', xff ?? peer)
+  out.push('x-forwarded-for', xff ? `${xff}, ${peer}` : peer)
   if (incoming.headers.host) out.push('x-forwarded-host', incoming.headers.host)
   out.push('x-forwarded-proto', (incoming.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http')
   out.push('via', via ? `${via}, ${VIA}` : VIA)

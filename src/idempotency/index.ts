@@ -80,11 +80,11 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     const raw = incoming.headers[i.keyHeader]
     if (raw === undefined) {
       if (!i.required) return next()
-      throw new Problem('idempotency-key-required', `This route requires an ${i.keyHeader} header naming the operation, so a retry cannot apply it twice.`)
+      throw new Problem('idempotency-key-required', `This route requires an ${route.config.idempotency!.keyHeader} header naming the operation, so a retry cannot apply it twice.`)
     }
     const key = parseIdempotencyKey(Array.isArray(raw) ? raw.join(', ') : raw)
     if (key === undefined) {
-      throw new Problem('idempotency-key-malformed', `${i.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`)
+      throw new Problem('idempotency-key-malformed', `${route.config.idempotency!.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`)
     }
     const body = await readBody(incoming, maxBody)
     c.set('body', body)
@@ -119,7 +119,6 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
           c.set('outcome', 'replayed')
           return replay(c.env.outgoing, result.response)
         case 'not_stored':
-          count('replayed')
           throw new Problem('response-not-stored', `The first request with this key completed with status ${result.status}, but its response was larger than this route stores (idempotency.maxResponseBytes); it was not applied again.`, { originalStatus: result.status })
         case 'mismatch':
           count('key_reused')

@@ -2,8 +2,9 @@
  * In-process store. Not shared between processes and lost on exit: for development, tests and
  * single-process deployments that accept losing high-water marks on restart.
  * High-water marks are never evicted: past `maxResources` a new resource is refused with a
- * StoreError (503 and a log line), never a silent forget. Idempotency records live in an LRU
- * with a per-record ttl.
+ * StoreError (503 and a log line), never a silent forget. Completed records live in an LRU with
+ * a per-record ttl; in-flight and unknown-outcome records are never evicted (forgetting one
+ * would let the key be forwarded again), so past `maxRecords` of them new claims are refused.
  */
 import { LRUCache } from 'lru-cache'
 import { decideClaim, decideFinish, mayRelease, type IdemRecord } from './records.js'
@@ -21,7 +22,11 @@ export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.k
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const
   readonly #fences = new Map<string, bigint>()
+  /** completed and not_stored records: evicting one costs a replay, never a second effect */
   readonly #records: LRUCache<string, IdemRecord>
+  /** in_flight and unknown records, kept until they expire or change state */
+  readonly #held = new Map<string, IdemRecord>()
+  readonly #maxRecords: number
   readonly #maxResources: number
   #closed = false
 
@@ -31,6 +36,27 @@ export class MemoryStore implements Store {
     if (!Number.isInteger(maxRecords) || maxRecords < 1) throw new TypeError('options.maxRecords must be a positive integer')
     this.#maxResources = maxResources
     this.#records = new LRUCache({ max: maxRecords })
+    this.#maxRecords = maxRecords
+  }
+
+  #get(id: string): IdemRecord | undefined {
+    return this.#held.get(id) ?? this.#records.get(id)
+  }
+
+  #put(id: string, r: IdemRecord, now: number): void {
+    if (r.state === 'in_flight' || r.state === 'unknown') {
+      if (!this.#held.has(id) && this.#held.size >= this.#maxRecords) {
+        for (const [k, v] of this.#held) if (v.expiresAt <= now) this.#held.delete(k)
+        if (this.#held.size >= this.#maxRecords) {
+          throw new StoreError(`memory store holds ${this.#maxRecords} in-flight or unknown records (store.maxRecords); refusing a new claim rather than forgetting one`, 'claim')
+        }
+      }
+      this.#records.delete(id)
+      this.#held.set(id, r)
+    } else {
+      this.#held.delete(id)
+      this.#records.set(id, r, { ttl: Math.max(1, r.expiresAt - now) })
+    }
   }
 
   #open(op: string): void {
@@ -59,22 +85,22 @@ export class MemoryStore implements Store {
   async claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
     this.#open('claim')
     const id = recordId(key)
-    const { result, write } = decideClaim(this.#records.get(id), req, now)
-    if (write) this.#records.set(id, write, { ttl: Math.max(1, write.expiresAt - now) })
+    const { result, write } = decideClaim(this.#get(id), req, now)
+    if (write) this.#put(id, write, now)
     return result
   }
 
   async finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
     this.#open('finish')
     const id = recordId(key)
-    const next = decideFinish(this.#records.get(id), claimId, done, ttlMs, now)
-    if (next) this.#records.set(id, next, { ttl: ttlMs })
+    const next = decideFinish(this.#get(id), claimId, done, ttlMs, now)
+    if (next) this.#put(id, next, now)
   }
 
   async release(key: RecordKey, claimId: string): Promise<void> {
     this.#open('release')
     const id = recordId(key)
-    if (mayRelease(this.#records.get(id), claimId)) this.#records.delete(id)
+    if (mayRelease(this.#get(id), claimId)) this.#held.delete(id)
   }
 
   async ping(): Promise<void> {

@@ -1,0 +1,506 @@
+/**
+ * The store conformance suite: written once, run against every Store implementation
+ * (memory.test.ts, sqlite.test.ts, and later redis and postgres). It asserts the promises in
+ * src/store/types.ts: fencing check-and-set, the idempotency record state machine, claim ids,
+ * ttl and lease expiry, key scoping and close().
+ *
+ * Time is driven through the `now` parameter; no test sleeps.
+ *
+ * Usage:
+ *   describeStoreConformance('memory', async () => new MemoryStore())
+ *   describeStoreConformance('sqlite', make, { cleanup, makeSecond })
+ */
+import { afterEach, describe, expect, test } from 'vitest'
+import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
+
+export type Cleanup = () => Promise<void> | void
+
+export interface ConformanceOptions {
+  /** runs after each test, once every store the test opened is closed */
+  cleanup?: Cleanup
+  /**
+   * Opens a second, independent client on the same backing state as the store that `make`
+   * returned last in this test (sqlite: another SqliteStore on the same file; redis: another
+   * connection). Leave it out when the store cannot be shared (memory).
+   */
+  makeSecond?: () => Promise<Store>
+}
+
+/** A fixed epoch-ms start for every test's clock. */
+export const T0 = 1_700_000_000_000
+
+const MAX_I64 = 9223372036854775807n
+
+export const key = (k = 'key-1', route = 'POST /orders', scope = 'a'.repeat(64)): RecordKey => ({ route, scope, key: k })
+
+export const req = (claimId: string, over: Partial<ClaimRequest> = {}): ClaimRequest => ({
+  fingerprint: 'fp-1',
+  claimId,
+  leaseMs: 10_000,
+  ttlMs: 86_400_000,
+  retryUnknown: false,
+  ...over,
+})
+
+/** A response that a lossy store would mangle: header order, two Set-Cookie lines, every byte value. */
+export const sampleResponse = (): StoredResponse => ({
+  status: 201,
+  headers: [
+    ['content-type', 'application/octet-stream'],
+    ['set-cookie', 'a=1; Path=/; HttpOnly'],
+    ['x-order', 'between the cookies'],
+    ['set-cookie', 'b=2; Path=/; Secure'],
+    ['etag', '"v1"'],
+  ],
+  body: Buffer.from(Array.from({ length: 256 }, (_, i) => i)),
+})
+
+/** Deterministic Fisher–Yates shuffle (mulberry32), so a failure reproduces. */
+export function shuffled<T>(items: readonly T[], seed = 0x5eed): T[] {
+  const out = items.slice()
+  let a = seed >>> 0
+  const rnd = () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(rnd() * (i + 1))
+    ;[out[i], out[j]] = [out[j], out[i]]
+  }
+  return out
+}
+
+function expectResponse(r: ClaimResult, want: StoredResponse): void {
+  expect(r.kind).toBe('completed')
+  if (r.kind !== 'completed') return
+  expect(r.response.status).toBe(want.status)
+  expect(r.response.headers).toEqual(want.headers)
+  expect(Buffer.isBuffer(r.response.body)).toBe(true)
+  expect(r.response.body.length).toBe(want.body.length)
+  expect(Buffer.compare(r.response.body, want.body)).toBe(0)
+}
+
+export function describeStoreConformance(
+  name: string,
+  make: () => Promise<Store>,
+  cleanupOrOptions?: Cleanup | ConformanceOptions,
+): void {
+  const options: ConformanceOptions = typeof cleanupOrOptions === 'function' ? { cleanup: cleanupOrOptions } : cleanupOrOptions ?? {}
+
+  describe(`store conformance: ${name}`, () => {
+    let opened: Store[] = []
+    const open = async (): Promise<Store> => {
+      const s = await make()
+      opened.push(s)
+      return s
+    }
+    const openSecond = async (): Promise<Store> => {
+      const s = await options.makeSecond!()
+      opened.push(s)
+      return s
+    }
+
+    afterEach(async () => {
+      const stores = opened
+      opened = []
+      for (const s of stores.reverse()) await s.close().catch(() => {})
+      await options.cleanup?.()
+    })
+
+    describe('fence', () => {
+      test('the first token on a fresh resource is accepted', async () => {
+        const s = await open()
+        expect(await s.fence('res/a', 42n)).toEqual({ accepted: true, highest: 42n })
+        expect(await s.fence('res/zero', 0n)).toEqual({ accepted: true, highest: 0n })
+      })
+
+      test('a token equal to the mark is accepted', async () => {
+        const s = await open()
+        await s.fence('res/a', 7n)
+        expect(await s.fence('res/a', 7n)).toEqual({ accepted: true, highest: 7n })
+        expect(await s.highest('res/a')).toBe(7n)
+      })
+
+      test('a lower token is rejected with highest = the mark, and the mark stays', async () => {
+        const s = await open()
+        await s.fence('res/a', 10n)
+        expect(await s.fence('res/a', 9n)).toEqual({ accepted: false, highest: 10n })
+        expect(await s.fence('res/a', 0n)).toEqual({ accepted: false, highest: 10n })
+        expect(await s.highest('res/a')).toBe(10n)
+      })
+
+      test('a higher token is accepted and raises the mark', async () => {
+        const s = await open()
+        await s.fence('res/a', 10n)
+        expect(await s.fence('res/a', 11n)).toEqual({ accepted: true, highest: 11n })
+        expect(await s.highest('res/a')).toBe(11n)
+        expect(await s.fence('res/a', 10n)).toEqual({ accepted: false, highest: 11n })
+      })
+
+      test('resources are independent', async () => {
+        const s = await open()
+        await s.fence('res/a', 100n)
+        expect(await s.fence('res/b', 1n)).toEqual({ accepted: true, highest: 1n })
+        expect(await s.fence('res/a', 50n)).toEqual({ accepted: false, highest: 100n })
+        expect(await s.fence('res/b', 2n)).toEqual({ accepted: true, highest: 2n })
+        expect(await s.highest('res/a')).toBe(100n)
+        expect(await s.highest('res/b')).toBe(2n)
+        // a resource that is a prefix of another is still its own resource
+        expect(await s.fence('res', 1n)).toEqual({ accepted: true, highest: 1n })
+      })
+
+      test('2^63-1 is stored and compared exactly; 2^63-2 after it is rejected', async () => {
+        const s = await open()
+        const r = await s.fence('res/max', MAX_I64)
+        expect(r).toEqual({ accepted: true, highest: MAX_I64 })
+        expect(typeof r.highest).toBe('bigint')
+        expect(await s.highest('res/max')).toBe(MAX_I64)
+        expect(await s.fence('res/max', MAX_I64 - 1n)).toEqual({ accepted: false, highest: MAX_I64 })
+        expect(await s.fence('res/max', MAX_I64)).toEqual({ accepted: true, highest: MAX_I64 })
+        expect(await s.highest('res/max')).toBe(MAX_I64)
+      })
+
+      test('2^53+1 and 2^53 are told apart (no float rounding)', async () => {
+        const s = await open()
+        const p53 = 2n ** 53n
+        expect(await s.fence('res/down', p53 + 1n)).toEqual({ accepted: true, highest: p53 + 1n })
+        expect(await s.fence('res/down', p53)).toEqual({ accepted: false, highest: p53 + 1n })
+        expect(await s.highest('res/down')).toBe(p53 + 1n)
+
+        expect(await s.fence('res/up', p53)).toEqual({ accepted: true, highest: p53 })
+        expect(await s.fence('res/up', p53 + 1n)).toEqual({ accepted: true, highest: p53 + 1n })
+        expect(await s.highest('res/up')).toBe(p53 + 1n)
+      })
+
+      test('highest() is undefined for an unknown resource and the mark otherwise', async () => {
+        const s = await open()
+        expect(await s.highest('res/never')).toBeUndefined()
+        await s.fence('res/a', 5n)
+        expect(await s.highest('res/a')).toBe(5n)
+        await s.fence('res/a', 3n) // rejected: the mark stays
+        expect(await s.highest('res/a')).toBe(5n)
+        expect(await s.highest('res/never')).toBeUndefined()
+      })
+    })
+
+    describe('concurrent fences', () => {
+      const tokens = shuffled(Array.from({ length: 100 }, (_, i) => BigInt(i + 1)))
+
+      const checkRace = (sent: bigint[], results: { accepted: boolean; highest: bigint }[]) => {
+        results.forEach((r, i) => {
+          if (r.accepted) expect(r.highest).toBe(sent[i])
+          else expect(r.highest > sent[i], `token ${sent[i]} rejected with highest ${r.highest}`).toBe(true)
+        })
+        // the largest token can never be rejected
+        expect(results[sent.indexOf(100n)]).toEqual({ accepted: true, highest: 100n })
+      }
+
+      test('100 shuffled tokens at once: the mark ends at the max, every rejection names a higher mark', async () => {
+        const s = await open()
+        const results = await Promise.all(tokens.map((t) => s.fence('res/race', t)))
+        checkRace(tokens, results)
+        expect(await s.highest('res/race')).toBe(100n)
+      })
+
+      if (options.makeSecond) {
+        test('two clients on the same state: sequential fences see each other', async () => {
+          const a = await open()
+          const b = await openSecond()
+          expect(await a.fence('res/shared', 10n)).toEqual({ accepted: true, highest: 10n })
+          expect(await b.highest('res/shared')).toBe(10n)
+          expect(await b.fence('res/shared', 9n)).toEqual({ accepted: false, highest: 10n })
+          expect(await b.fence('res/shared', 12n)).toEqual({ accepted: true, highest: 12n })
+          expect(await a.fence('res/shared', 11n)).toEqual({ accepted: false, highest: 12n })
+          expect(await a.highest('res/shared')).toBe(12n)
+        })
+
+        test('two clients on the same state: 100 shuffled tokens split between them', async () => {
+          const a = await open()
+          const b = await openSecond()
+          const results = await Promise.all(tokens.map((t, i) => (i % 2 ? b : a).fence('res/race2', t)))
+          checkRace(tokens, results)
+          expect(await a.highest('res/race2')).toBe(100n)
+          expect(await b.highest('res/race2')).toBe(100n)
+        })
+
+        test('two clients on the same state: 100 concurrent claims of one key, exactly one claimed', async () => {
+          const a = await open()
+          const b = await openSecond()
+          const k = key('shared-key')
+          const results = await Promise.all(
+            Array.from({ length: 100 }, (_, i) => (i % 2 ? b : a).claim(k, req(`c${i}`), T0)),
+          )
+          expect(results.filter((r) => r.kind === 'claimed')).toHaveLength(1)
+          expect(results.filter((r) => r.kind === 'in_flight')).toHaveLength(99)
+        })
+      }
+    })
+
+    describe('claim', () => {
+      test('a fresh key is claimed, with no `after`', async () => {
+        const s = await open()
+        const r = await s.claim(key(), req('c1'), T0)
+        expect(r.kind).toBe('claimed')
+        expect(r.kind === 'claimed' && r.after).toBeUndefined()
+      })
+
+      test('the same key and fingerprint while in flight is in_flight with the lease end', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 30_000 }), T0)
+        expect(await s.claim(key(), req('c2', { leaseMs: 30_000 }), T0 + 5)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 30_000 })
+        // the first claim still holds it: it can finish
+        await s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 10)
+        expect(await s.claim(key(), req('c3'), T0 + 20)).toEqual({ kind: 'not_stored', status: 200 })
+      })
+
+      test('a different fingerprint is a mismatch, in flight and once completed', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        expect(await s.claim(key(), req('c2', { fingerprint: 'fp-other' }), T0 + 1)).toEqual({ kind: 'mismatch' })
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 2)
+        expect(await s.claim(key(), req('c3', { fingerprint: 'fp-other' }), T0 + 3)).toEqual({ kind: 'mismatch' })
+        // the mismatch wrote nothing: the original fingerprint still replays
+        expectResponse(await s.claim(key(), req('c4'), T0 + 4), sampleResponse())
+      })
+
+      test('after finish(completed) the response replays byte for byte', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 10)
+        const r1 = await s.claim(key(), req('c2'), T0 + 20)
+        expectResponse(r1, sampleResponse())
+        // a second replay is the same, and (retryUnknown notwithstanding) still not a claim
+        expectResponse(await s.claim(key(), req('c3', { retryUnknown: true }), T0 + 30), sampleResponse())
+      })
+
+      test('a completed response with an empty body replays with an empty body', async () => {
+        const s = await open()
+        const empty: StoredResponse = { status: 204, headers: [['x-a', '1']], body: Buffer.alloc(0) }
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'completed', response: empty }, 60_000, T0 + 1)
+        expectResponse(await s.claim(key(), req('c2'), T0 + 2), empty)
+      })
+
+      test('after finish(not_stored) a claim reports not_stored with the status', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'not_stored', status: 207 }, 60_000, T0 + 10)
+        expect(await s.claim(key(), req('c2'), T0 + 20)).toEqual({ kind: 'not_stored', status: 207 })
+        expect(await s.claim(key(), req('c3', { retryUnknown: true }), T0 + 30)).toEqual({ kind: 'not_stored', status: 207 })
+      })
+
+      test('release makes the key claimable again', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.release(key(), 'c1')
+        const r = await s.claim(key(), req('c2', { fingerprint: 'fp-new' }), T0 + 1)
+        expect(r.kind).toBe('claimed')
+        expect(r.kind === 'claimed' && r.after).toBeUndefined()
+        // and c2 now holds it
+        expect(await s.claim(key(), req('c3', { fingerprint: 'fp-new' }), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 1 + 10_000 })
+      })
+
+      test('release by a wrong claimId is a no-op', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.release(key(), 'not-c1')
+        expect(await s.claim(key(), req('c2'), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+      })
+
+      test('finish by a wrong claimId is a no-op; the holder can still finish', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'not-c1', { kind: 'not_stored', status: 500 }, 60_000, T0 + 1)
+        expect(await s.claim(key(), req('c2'), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 3)
+        expectResponse(await s.claim(key(), req('c3'), T0 + 4), sampleResponse())
+      })
+
+      test('release and a second finish after completion are no-ops', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
+        await s.release(key(), 'c1')
+        await s.finish(key(), 'c1', { kind: 'unknown', reason: 'reset' }, 60_000, T0 + 2)
+        expectResponse(await s.claim(key(), req('c2'), T0 + 3), sampleResponse())
+      })
+
+      test('100 concurrent claims of one key: exactly one claimed, and it is the holder', async () => {
+        const s = await open()
+        const results = await Promise.all(Array.from({ length: 100 }, (_, i) => s.claim(key(), req(`c${i}`), T0)))
+        const winners = results.flatMap((r, i) => (r.kind === 'claimed' ? [i] : []))
+        expect(winners).toHaveLength(1)
+        expect(results.filter((r) => r.kind === 'in_flight')).toHaveLength(99)
+        // only the winner's claimId can finish it
+        const losers = Array.from({ length: 100 }, (_, i) => i).filter((i) => i !== winners[0])
+        await Promise.all(losers.map((i) => s.finish(key(), `c${i}`, { kind: 'not_stored', status: 500 }, 60_000, T0 + 1)))
+        expect((await s.claim(key(), req('x'), T0 + 2)).kind).toBe('in_flight')
+        await s.finish(key(), `c${winners[0]}`, { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 3)
+        expectResponse(await s.claim(key(), req('y'), T0 + 4), sampleResponse())
+      })
+    })
+
+    describe('ttl', () => {
+      test('a completed record past its ttl is claimable again', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { ttlMs: 60_000 }), T0)
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 100)
+        expectResponse(await s.claim(key(), req('c2'), T0 + 100 + 59_000), sampleResponse())
+        const r = await s.claim(key(), req('c3', { fingerprint: 'fp-later' }), T0 + 100 + 60_001)
+        expect(r.kind).toBe('claimed')
+        expect(r.kind === 'claimed' && r.after).toBeUndefined()
+      })
+
+      test("finish's ttl counts from the finish, not from the claim", async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { ttlMs: 60_000, leaseMs: 55_000 }), T0)
+        await s.finish(key(), 'c1', { kind: 'not_stored', status: 201 }, 60_000, T0 + 50_000)
+        // past the claim's ttl (T0 + 60s) but within the finish's (T0 + 110s)
+        expect(await s.claim(key(), req('c2'), T0 + 70_000)).toEqual({ kind: 'not_stored', status: 201 })
+        expect((await s.claim(key(), req('c3'), T0 + 110_001)).kind).toBe('claimed')
+      })
+    })
+
+    describe('lease expiry (an abandoned in-flight record)', () => {
+      test('retryUnknown=false: reported unknown/crash (abandoned once), and unknown/crash again on the next claim', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        expect(await s.claim(key(), req('c2'), T0 + 999)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 1_000 })
+        expect(await s.claim(key(), req('c3'), T0 + 1_500)).toEqual({ kind: 'unknown', reason: 'crash', abandoned: true })
+        // `abandoned` marks only the call that found it; later ones read the stored unknown record
+        expect(await s.claim(key(), req('c4'), T0 + 2_000)).toEqual({ kind: 'unknown', reason: 'crash' })
+        expect(await s.claim(key(), req('c5'), T0 + 2_500)).toEqual({ kind: 'unknown', reason: 'crash' })
+        // a later retrying client takes it over, learning what came before
+        expect(await s.claim(key(), req('c6', { retryUnknown: true }), T0 + 3_000)).toEqual({ kind: 'claimed', after: 'crash' })
+      })
+
+      test('retryUnknown=true: taken over as claimed with after=crash; the new holder holds it', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        expect(await s.claim(key(), req('c2', { retryUnknown: true, leaseMs: 1_000 }), T0 + 1_500)).toEqual({ kind: 'claimed', after: 'crash', abandoned: true })
+        expect(await s.claim(key(), req('c3', { retryUnknown: true }), T0 + 1_600)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 2_500 })
+      })
+
+      test('concurrent claims of an abandoned record: abandoned is reported exactly once', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        const results = await Promise.all(Array.from({ length: 50 }, (_, i) => s.claim(key(), req(`c${i + 2}`), T0 + 1_500)))
+        for (const r of results) expect(r).toMatchObject({ kind: 'unknown', reason: 'crash' })
+        expect(results.filter((r) => r.kind === 'unknown' && r.abandoned)).toHaveLength(1)
+      })
+
+      test('concurrent retrying claims of an abandoned record: exactly one takes it over', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        const results = await Promise.all(
+          Array.from({ length: 50 }, (_, i) => s.claim(key(), req(`c${i + 2}`, { retryUnknown: true }), T0 + 1_500)),
+        )
+        const claimed = results.filter((r) => r.kind === 'claimed')
+        expect(claimed).toEqual([{ kind: 'claimed', after: 'crash', abandoned: true }])
+        expect(results.filter((r) => r.kind === 'in_flight')).toHaveLength(49)
+      })
+
+      test('after a takeover the old holder cannot finish or release; the new holder can', async () => {
+        const s = await open()
+        await s.claim(key(), req('old', { leaseMs: 1_000 }), T0)
+        expect((await s.claim(key(), req('new', { retryUnknown: true, leaseMs: 30_000 }), T0 + 1_500)).kind).toBe('claimed')
+
+        const stale: StoredResponse = { status: 500, headers: [['x-from', 'old']], body: Buffer.from('old') }
+        await s.finish(key(), 'old', { kind: 'completed', response: stale }, 60_000, T0 + 1_600)
+        await s.release(key(), 'old')
+        expect(await s.claim(key(), req('probe'), T0 + 1_700)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 31_500 })
+
+        await s.finish(key(), 'new', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 2_000)
+        expectResponse(await s.claim(key(), req('probe2'), T0 + 2_100), sampleResponse())
+      })
+    })
+
+    describe('finish(unknown)', () => {
+      test('reason timeout, retryUnknown=false: claims report unknown/timeout', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'unknown', reason: 'timeout' }, 60_000, T0 + 10)
+        expect(await s.claim(key(), req('c2'), T0 + 20)).toEqual({ kind: 'unknown', reason: 'timeout' })
+        expect(await s.claim(key(), req('c3'), T0 + 30)).toEqual({ kind: 'unknown', reason: 'timeout' })
+      })
+
+      test('reason timeout, retryUnknown=true: claimed with after=timeout, then held by the new claim', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'unknown', reason: 'timeout' }, 60_000, T0 + 10)
+        expect(await s.claim(key(), req('c2', { retryUnknown: true }), T0 + 20)).toEqual({ kind: 'claimed', after: 'timeout' })
+        expect(await s.claim(key(), req('c3', { retryUnknown: true }), T0 + 30)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 20 + 10_000 })
+      })
+
+      test('every unknown reason is kept as written', async () => {
+        const s = await open()
+        const reasons: UnknownReason[] = ['timeout', 'reset', 'client_abort', 'crash']
+        for (const reason of reasons) {
+          const k = key(`k-${reason}`)
+          await s.claim(k, req('c1'), T0)
+          await s.finish(k, 'c1', { kind: 'unknown', reason }, 60_000, T0 + 1)
+        }
+        for (const reason of reasons) {
+          const k = key(`k-${reason}`)
+          expect(await s.claim(k, req('c2'), T0 + 2)).toEqual({ kind: 'unknown', reason })
+          expect(await s.claim(k, req('c3', { retryUnknown: true }), T0 + 3)).toEqual({ kind: 'claimed', after: reason })
+        }
+      })
+    })
+
+    describe('key scoping', () => {
+      test('the same key on another route is an independent record', async () => {
+        const s = await open()
+        const a = key('k', 'POST /orders')
+        const b = key('k', 'POST /payments')
+        expect((await s.claim(a, req('c1'), T0)).kind).toBe('claimed')
+        expect((await s.claim(b, req('c2', { fingerprint: 'fp-other' }), T0)).kind).toBe('claimed')
+        await s.finish(a, 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
+        expect(await s.claim(b, req('c3', { fingerprint: 'fp-other' }), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+        await s.release(b, 'c2')
+        expectResponse(await s.claim(a, req('c4'), T0 + 3), sampleResponse())
+        expect((await s.claim(b, req('c5'), T0 + 4)).kind).toBe('claimed')
+      })
+
+      test('the same key under another scope is an independent record', async () => {
+        const s = await open()
+        const a = key('k', 'POST /orders', 'a'.repeat(64))
+        const b = key('k', 'POST /orders', 'b'.repeat(64))
+        expect((await s.claim(a, req('c1'), T0)).kind).toBe('claimed')
+        expect((await s.claim(b, req('c2', { fingerprint: 'fp-other' }), T0)).kind).toBe('claimed')
+        await s.finish(b, 'c2', { kind: 'unknown', reason: 'reset' }, 60_000, T0 + 1)
+        expect(await s.claim(a, req('c3'), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+        expect(await s.claim(b, req('c4', { fingerprint: 'fp-other' }), T0 + 3)).toEqual({ kind: 'unknown', reason: 'reset' })
+      })
+    })
+
+    describe('close', () => {
+      test('every call after close() rejects with StoreError', async () => {
+        const s = await open()
+        await s.ping()
+        await s.fence('res/a', 1n)
+        await s.claim(key(), req('c1'), T0)
+        await s.close()
+        const calls: [string, () => Promise<unknown>][] = [
+          ['fence', () => s.fence('res/a', 2n)],
+          ['highest', () => s.highest('res/a')],
+          ['claim', () => s.claim(key(), req('c2'), T0 + 1)],
+          ['finish', () => s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 1)],
+          ['release', () => s.release(key(), 'c1')],
+          ['ping', () => s.ping()],
+        ]
+        for (const [op, call] of calls) {
+          const err = await call().then(
+            () => undefined,
+            (e: unknown) => e,
+          )
+          expect(err, `${op} after close()`).toBeInstanceOf(StoreError)
+          expect((err as StoreError).op, `${op} after close()`).toBe(op)
+        }
+      })
+    })
+  })
+}

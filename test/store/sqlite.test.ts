@@ -1,0 +1,171 @@
+import { spawn } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { afterEach, describe, expect, test } from 'vitest'
+import { SqliteStore } from '../../src/store/sqlite.js'
+import type { Store } from '../../src/store/types.js'
+import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
+
+const dirs: string[] = []
+const freshPath = (): string => {
+  const dir = mkdtempSync(join(tmpdir(), 'fencegate-sqlite-'))
+  dirs.push(dir)
+  return join(dir, 'store.db')
+}
+const removeDirs = () => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true })
+}
+const open = (path: string) => new SqliteStore({ path, reapIntervalMs: 0 })
+
+// the conformance suite: a fresh file per test; makeSecond opens the same file again
+let current = ''
+describeStoreConformance(
+  'sqlite',
+  async () => {
+    current = freshPath()
+    return open(current)
+  },
+  {
+    makeSecond: async () => open(current),
+    cleanup: removeDirs,
+  },
+)
+
+describe('SqliteStore', () => {
+  const stores: Store[] = []
+  afterEach(async () => {
+    for (const s of stores.splice(0).reverse()) await s.close().catch(() => {})
+    removeDirs()
+  })
+  const track = <S extends Store>(s: S): S => {
+    stores.push(s)
+    return s
+  }
+
+  test('the mark and a completed record survive closing and reopening the file', async () => {
+    const path = freshPath()
+    const first = open(path)
+    await first.fence('res/a', 9223372036854775807n)
+    await first.fence('res/b', 2n ** 53n + 1n)
+    await first.claim(key(), req('c1'), T0)
+    await first.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 10)
+    await first.claim(key('k-unknown'), req('c2'), T0)
+    await first.finish(key('k-unknown'), 'c2', { kind: 'unknown', reason: 'client_abort' }, 60_000, T0 + 10)
+    const epoch = first.epoch
+    await first.close()
+
+    const again = track(open(path))
+    expect(again.epoch).toBe(epoch)
+    expect(await again.highest('res/a')).toBe(9223372036854775807n)
+    expect(await again.fence('res/a', 9223372036854775806n)).toEqual({ accepted: false, highest: 9223372036854775807n })
+    expect(await again.fence('res/b', 2n ** 53n)).toEqual({ accepted: false, highest: 2n ** 53n + 1n })
+    const r = await again.claim(key(), req('c3'), T0 + 20)
+    expect(r.kind).toBe('completed')
+    if (r.kind === 'completed') {
+      const want = sampleResponse()
+      expect(r.response.status).toBe(want.status)
+      expect(r.response.headers).toEqual(want.headers)
+      expect(Buffer.compare(r.response.body, want.body)).toBe(0)
+    }
+    expect(await again.claim(key('k-unknown'), req('c4'), T0 + 20)).toEqual({ kind: 'unknown', reason: 'client_abort' })
+  })
+
+  test('a fresh file gets a new epoch', async () => {
+    const a = track(open(freshPath()))
+    const b = track(open(freshPath()))
+    expect(a.epoch).toMatch(/^[0-9a-f-]{36}$/)
+    expect(b.epoch).not.toBe(a.epoch)
+  })
+
+  test("a second SqliteStore on the same file sees the first's writes", async () => {
+    const path = freshPath()
+    const a = track(open(path))
+    const b = track(open(path))
+    expect(b.epoch).toBe(a.epoch)
+
+    await a.fence('res/a', 41n)
+    expect(await b.highest('res/a')).toBe(41n)
+    expect(await b.fence('res/a', 40n)).toEqual({ accepted: false, highest: 41n })
+
+    expect((await a.claim(key(), req('c1'), T0)).kind).toBe('claimed')
+    expect(await b.claim(key(), req('c2'), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+    await b.finish(key(), 'c2', { kind: 'not_stored', status: 500 }, 60_000, T0 + 2) // not b's claim: no-op
+    await a.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 3)
+    const r = await b.claim(key(), req('c3'), T0 + 4)
+    expect(r.kind).toBe('completed')
+    if (r.kind === 'completed') expect(Buffer.compare(r.response.body, sampleResponse().body)).toBe(0)
+  })
+
+  test('two OS processes on one file: each key is claimed once, fences stay monotonic', async () => {
+    const path = freshPath()
+    // create the file and schema first, so the workers do not race on initialisation
+    await open(path).close()
+    const workers = 2
+    const rounds = 1000
+    const claimMs = 500
+    const viteNode = fileURLToPath(new URL('../../node_modules/vite-node/vite-node.mjs', import.meta.url))
+    const script = fileURLToPath(new URL('./sqlite-worker.ts', import.meta.url))
+
+    const children = Array.from({ length: workers }, (_, w) => {
+      const child = spawn(process.execPath, [viteNode, script], {
+        env: { ...process.env, FG_DB: path, FG_WORKER: String(w), FG_WORKERS: String(workers), FG_ROUNDS: String(rounds) },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      })
+      let stderr = ''
+      child.stderr.on('data', (d) => { stderr += d })
+      const it = createInterface({ input: child.stdout })[Symbol.asyncIterator]()
+      const next = async (): Promise<string> => {
+        const { value, done } = await it.next()
+        if (done) throw new Error(`worker ${w} ended early: ${stderr}`)
+        return value
+      }
+      const exited = new Promise<number | null>((resolve) => child.on('close', resolve))
+      return { child, next, exited, stderr: () => stderr }
+    })
+    try {
+      for (const c of children) expect(await c.next()).toBe('ready')
+      const claimUntil = Date.now() + claimMs
+      for (const c of children) c.child.stdin.write(`go ${claimUntil}\n`)
+      const outputs = await Promise.all(children.map(async (c) => JSON.parse(await c.next()) as {
+        claims: Record<string, [attempts: number, claimed: boolean]>
+        fences: [token: string, accepted: boolean, highest: string][]
+      }))
+      for (const c of children) expect(await c.exited, c.stderr()).toBe(0)
+
+      // claims: a key every worker tried is claimed by exactly one of them
+      const keys = new Set(outputs.flatMap((o) => Object.keys(o.claims)))
+      let contended = 0
+      for (const k of keys) {
+        const seen = outputs.map((o) => o.claims[k]).filter((e) => e !== undefined)
+        if (seen.length === workers) contended++
+        expect(seen.filter(([, claimed]) => claimed).length, `key ${k}`).toBeLessThanOrEqual(1)
+      }
+      const check = track(open(path))
+      for (const k of keys) {
+        // every key that was tried holds a record: someone claimed it
+        expect((await check.claim({ route: 'POST /x', scope: 'a'.repeat(64), key: k }, req('probe', { fingerprint: 'fp' }), T0)).kind, `key ${k}`).toBe('in_flight')
+      }
+      // the run proves something only when the processes did meet on the same keys
+      expect(contended).toBeGreaterThanOrEqual(10)
+
+      // fences: what one process sees never goes down, and the mark ends at the max
+      for (const { fences } of outputs) {
+        let seen = 0n
+        for (const [t, accepted, h] of fences) {
+          const token = BigInt(t)
+          const highest = BigInt(h)
+          if (accepted) expect(highest).toBe(token)
+          else expect(highest > token, `token ${token} rejected with highest ${highest}`).toBe(true)
+          expect(highest >= seen, `mark went down from ${seen} to ${highest}`).toBe(true)
+          seen = highest
+        }
+      }
+      expect(await check.highest('res/xproc')).toBe(BigInt(workers * rounds))
+    } finally {
+      for (const c of children) if (c.child.exitCode === null) c.child.kill()
+    }
+  }, 60_000)
+})
