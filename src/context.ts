@@ -39,6 +39,8 @@ export type GatewayEnv = {
     exchange: Exchange
     /** filled by fencing: for logs and traces */
     fence: { resource: string; token: bigint; highest: bigint }
+    /** the status to count when none was sent: 499 for a client that left (nginx's convention) */
+    code: number
     /** filled by idempotency */
     idempotencyResult: string
   }

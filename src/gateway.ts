@@ -49,7 +49,7 @@ function observe(metrics: Metrics): MiddlewareHandler<GatewayEnv> {
     }
     const route = c.get('route')?.name ?? 'none'
     const outcome = c.get('outcome') ?? 'forwarded'
-    const code = c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status
+    const code = c.get('code') ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
     metrics.requests.inc({ route, method: c.env.incoming.method ?? 'GET', code: String(code), outcome })
     metrics.requestDuration.observe({ route, outcome }, (performance.now() - started) / 1000)
   }

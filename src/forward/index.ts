@@ -93,7 +93,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       const reason: UnknownReason = abort.signal.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
       unknown(reason)
       await exchange?.onFailure({ sent: true, reason })
-      if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); return RESPONSE_ALREADY_SENT }
+      if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); c.set('code', 499); return RESPONSE_ALREADY_SENT }
       if (reason === 'timeout') {
         throw new Problem('upstream-timeout', `The upstream sent no response within ${route.config.upstream.timeout} ms. The request was sent, so it may have taken effect.`)
       }
@@ -115,6 +115,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       if (!outgoing.writableFinished) {
         unknown(abort.signal.aborted ? 'client_abort' : 'reset')
         c.set('outcome', 'outcome_unknown')
+        if (abort.signal.aborted) c.set('code', 499)
       }
       res.body.destroy()
       outgoing.destroy()

@@ -10,6 +10,7 @@
  *   /cookies         → two Set-Cookie lines
  *   /redirect        → 302 Location: /login
  *   /conn-header     → Connection: x-secret with X-Secret and X-Public
+ *   /reset-mid-chunked → 200 head without Content-Length (chunked), 10 bytes, then a reset
  *   /gzip            → 200 Content-Encoding: gzip, body GZIPPED (the gzip of GZIP_TEXT)
  *   anything else    → 201 JSON {n, method, url, body} (n counts effects)
  */
@@ -38,8 +39,8 @@ export interface Upstream {
   count(prefix?: string): number
   /** header values received on the last request, by lower-case name */
   last(): Seen
-  /** requests whose connection closed before their response was complete (cancelled) */
-  readonly aborted: number
+  /** urls of the requests whose connection closed before their response was complete (cancelled), in order */
+  aborted: string[]
   close(): Promise<void>
 }
 
@@ -66,7 +67,18 @@ export async function startUpstream(): Promise<Upstream> {
       setTimeout(() => req.socket.destroy(), 30)
       return
     }
-    for await (const c of req) chunks.push(c as Buffer)
+    if (path === '/reset-mid-chunked') {
+      seen.push({ method: req.method!, url, headers: pairs(req.rawHeaders), body: Buffer.alloc(0) })
+      res.writeHead(200, { 'content-type': 'text/plain' })
+      res.write('x'.repeat(10))
+      setTimeout(() => req.socket.destroy(), 30)
+      return
+    }
+    try {
+      for await (const c of req) chunks.push(c as Buffer)
+    } catch {
+      return // the request was cut off mid-body (listed in `aborted`): nothing to record or answer
+    }
     const body = Buffer.concat(chunks)
     seen.push({ method: req.method!, url, headers: pairs(req.rawHeaders), body })
     let m: RegExpExecArray | null
@@ -105,9 +117,9 @@ export async function startUpstream(): Promise<Upstream> {
     res.end(out)
   })
   // Cancellation is seen here: a response whose connection closed before it was complete.
-  let aborted = 0
-  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
-    res.once('close', () => { if (!res.writableFinished) aborted++ })
+  const aborted: string[] = []
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    res.once('close', () => { if (!res.writableFinished) aborted.push(req.url ?? '/') })
   })
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
   const port = (server.address() as AddressInfo).port
@@ -117,7 +129,7 @@ export async function startUpstream(): Promise<Upstream> {
     seen,
     count: (prefix = '/') => seen.filter((s) => s.url.startsWith(prefix)).length,
     last: () => seen[seen.length - 1],
-    get aborted() { return aborted },
+    aborted,
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()) }),
   }
 }
