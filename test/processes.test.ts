@@ -15,7 +15,7 @@ afterEach(async () => { for (const g of started.splice(0)) if (g.child.exitCode 
 afterAll(async () => { await up?.close(); for (const d of dirs) rmSync(d, { recursive: true, force: true }) })
 
 /** A config file on a shared SQLite file in `dir`; returns its path and ports. */
-async function configIn(dir: string, name: string, extra = '') {
+async function configIn(dir: string, name: string, lease = '1s') {
   const port = await freePort(), admin = await freePort()
   const file = join(dir, `${name}.yaml`)
   writeFileSync(file, `listen: 127.0.0.1:${port}
@@ -37,13 +37,13 @@ routes:
       resource: "{param.res}"
     idempotency:
       required: true
-      lease: 1s
-${extra}`)
+      lease: ${lease}
+`)
   return { file, port, admin, log: join(dir, `${name}.log`) }
 }
 
-async function gateway(dir: string, name: string) {
-  const c = await configIn(dir, name)
+async function gateway(dir: string, name: string, lease?: string) {
+  const c = await configIn(dir, name, lease)
   const start = async () => { const g = await spawnGateway(c.file, c.port, c.admin, c.log); started.push(g); return g }
   return { ...c, start }
 }
@@ -80,19 +80,22 @@ describe('durability with the sqlite store', () => {
 
   test('a gateway killed mid-request leaves an in-flight record: 409 in flight during its lease, then outcome unknown (crash)', async () => {
     const dir = tempDir(); dirs.push(dir)
-    const gw = await gateway(dir, 'a')
+    // a lease long enough that the restart surely happens within it, even on a loaded machine
+    const gw = await gateway(dir, 'a', '4s')
     let g = await gw.start()
     const hung = write(g, 'r', '1', 'crash-key', 'apply-then-hang').catch(() => 'gone')
     await new Promise((r) => setTimeout(r, 200))
+    const claimedAt = Date.now() - 200
     const effects = up.count('/ledger/r/apply-then-hang')
     expect(effects).toBe(1)
     await g.stop('SIGKILL')
     expect(await hung).toBe('gone')
     g = await gw.start()
     const during = await write(g, 'r', '1', 'crash-key', 'apply-then-hang')
+    expect(Date.now() - claimedAt).toBeLessThan(4000)
     expect(during.status).toBe(409)
     expect(during.json().type).toBe('urn:fencegate:problem:request-in-flight')
-    await new Promise((r) => setTimeout(r, 1100))
+    await new Promise((r) => setTimeout(r, Math.max(0, claimedAt + 4100 - Date.now())))
     const after = await write(g, 'r', '1', 'crash-key', 'apply-then-hang')
     expect(after.status).toBe(409)
     expect(after.json()).toMatchObject({ type: 'urn:fencegate:problem:outcome-unknown', reason: 'crash' })

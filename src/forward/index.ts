@@ -5,7 +5,8 @@
  * within `upstream.timeout` → 504 (outcome unknown); reset after sending → 502 (outcome
  * unknown); reset after the response headers → the client's connection is aborted too.
  */
-import { pipeline } from 'node:stream/promises'
+import { EventEmitter } from 'node:events'
+import type { Readable } from 'node:stream'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { MiddlewareHandler } from 'hono'
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
@@ -23,6 +24,19 @@ import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'])
 
 class BodyLimitError extends Error {}
+
+/**
+ * What undici listens on to cancel a request. An EventEmitter is accepted as a signal and is far
+ * cheaper to make per request than an AbortController (an EventTarget).
+ */
+class Cancel extends EventEmitter {
+  aborted = false
+  abort(): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.emit('abort')
+  }
+}
 
 /** Streams a request body, stopping at `limit` bytes (bodies without a Content-Length). */
 async function* limited(incoming: IncomingMessage, limit: number): AsyncGenerator<Buffer> {
@@ -66,7 +80,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     const hasBody = buffered !== undefined || declared !== undefined || incoming.headers['transfer-encoding'] !== undefined
     const body = buffered ?? (!hasBody ? null : declared !== undefined ? incoming : limited(incoming, maxBody))
 
-    const abort = new AbortController()
+    const abort = new Cancel()
     const onClose = () => { if (!outgoing.writableFinished) abort.abort() }
     outgoing.once('close', onClose)
     const started = performance.now()
@@ -77,7 +91,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         method: incoming.method as Dispatcher.HttpMethod,
         headers: requestHeaders(incoming, host),
         body,
-        signal: abort.signal,
+        signal: abort,
       })
     } catch (e) {
       outgoing.off('close', onClose)
@@ -90,7 +104,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         await exchange?.onFailure({ sent: false })
         throw new Problem('upstream-unavailable', `The upstream ${upstream.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`)
       }
-      const reason: UnknownReason = abort.signal.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
+      const reason: UnknownReason = abort.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
       unknown(reason)
       await exchange?.onFailure({ sent: true, reason })
       if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); c.set('code', 499); return RESPONSE_ALREADY_SENT }
@@ -108,14 +122,14 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       if (exchange) await respondCaptured(outgoing, res, headers, exchange)
       else {
         outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
-        await pipeline(res.body, outgoing)
+        await pipeTo(res.body, outgoing)
       }
     } catch {
       // the upstream reset mid-body or the client left: never end a truncated body cleanly
       if (!outgoing.writableFinished) {
-        unknown(abort.signal.aborted ? 'client_abort' : 'reset')
+        unknown(abort.aborted ? 'client_abort' : 'reset')
         c.set('outcome', 'outcome_unknown')
-        if (abort.signal.aborted) c.set('code', 499)
+        if (abort.aborted) c.set('code', 499)
       }
       res.body.destroy()
       outgoing.destroy()
@@ -127,33 +141,66 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
 }
 
 /**
+ * Pipes `body` into `outgoing`; resolves once all of it was handed to the socket, rejects when
+ * the body fails or the client leaves first. `.pipe()` with listeners: stream/promises'
+ * pipeline() allocates an AbortController per call, which costs a proxy dearly.
+ */
+function pipeTo(body: Readable, outgoing: ServerResponse): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const cleanup = () => {
+      body.off('error', fail)
+      outgoing.off('finish', done)
+      outgoing.off('close', early)
+    }
+    const fail = (e: Error) => { cleanup(); reject(e) }
+    const done = () => { cleanup(); resolve() }
+    const early = () => { cleanup(); reject(new Error('client connection closed before the response ended')) }
+    body.once('error', fail)
+    outgoing.once('finish', done)
+    outgoing.once('close', early)
+    body.pipe(outgoing)
+  })
+}
+
+/** Reads `body` until its end or until more than `limit` bytes came (then it is left paused). */
+function collect(body: Readable, limit: number): Promise<{ chunks: Buffer[]; size: number; more: boolean }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    const cleanup = () => { body.off('data', onData); body.off('end', onEnd); body.off('error', onError) }
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      chunks.push(chunk)
+      if (size > limit) { body.pause(); cleanup(); resolve({ chunks, size, more: true }) }
+    }
+    const onEnd = () => { cleanup(); resolve({ chunks, size, more: false }) }
+    const onError = (e: Error) => { cleanup(); reject(e) }
+    body.on('data', onData)
+    body.on('end', onEnd)
+    body.on('error', onError)
+  })
+}
+
+/**
  * Buffers the body up to `captureBytes`, lets the idempotency layer store it, then sends it.
  * A larger body is passed through as it streams and reported with `body: undefined`.
  */
 async function respondCaptured(outgoing: ServerResponse, res: Dispatcher.ResponseData, headers: [string, string][], exchange: NonNullable<GatewayEnv['Variables']['exchange']>): Promise<void> {
-  const chunks: Buffer[] = []
-  let size = 0
-  const it = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]()
-  for (;;) {
-    let next: IteratorResult<Buffer>
-    try {
-      next = await it.next()
-    } catch (e) {
-      await exchange.onFailure({ sent: true, reason: 'reset' })
-      throw e
-    }
-    if (next.done) break
-    size += next.value.length
-    chunks.push(next.value)
-    if (size > exchange.captureBytes) {
-      await exchange.onResponse({ status: res.statusCode, headers, body: undefined })
-      outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
-      for (const ch of chunks) outgoing.write(ch)
-      await pipeline(async function* () { for (;;) { const n = await it.next(); if (n.done) return; yield n.value } }, outgoing)
-      return
-    }
+  let got
+  try {
+    got = await collect(res.body, exchange.captureBytes)
+  } catch (e) {
+    await exchange.onFailure({ sent: true, reason: 'reset' })
+    throw e
   }
-  const body = Buffer.concat(chunks, size)
+  if (got.more) {
+    await exchange.onResponse({ status: res.statusCode, headers, body: undefined })
+    outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
+    for (const ch of got.chunks) outgoing.write(ch)
+    await pipeTo(res.body, outgoing)
+    return
+  }
+  const body = got.chunks.length === 1 ? got.chunks[0] : Buffer.concat(got.chunks, got.size)
   await exchange.onResponse({ status: res.statusCode, headers, body })
   outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
   outgoing.end(body)

@@ -21,6 +21,7 @@ export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.k
 
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const
+  readonly inProcess = true
   readonly #fences = new Map<string, bigint>()
   /** completed and not_stored records: evicting one costs a replay, never a second effect */
   readonly #records: LRUCache<string, IdemRecord>

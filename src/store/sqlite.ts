@@ -74,6 +74,7 @@ const toRow = (id: string, r: IdemRecord) => ({
 
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
+  readonly inProcess = true
   /** set when the file was first initialised; a different value later means the file was replaced */
   readonly epoch: string
   readonly #db: Db

@@ -87,6 +87,12 @@ export type Completion =
 export interface Store {
   readonly kind: StoreKind
   /**
+   * True when every call completes synchronously in this process (memory, sqlite): a timer
+   * could never fire before it, so callers skip the timeout race. SQLite bounds its own waits
+   * with busy_timeout.
+   */
+  readonly inProcess?: boolean
+  /**
    * Fencing check-and-set (contract §3): accept iff `token >= highest`, and then set
    * `highest := token`, atomically. A resource seen for the first time accepts any token.
    * @param resource the filled resource template
