@@ -39,8 +39,8 @@ export function createAdmin({ token, store, metrics, accepting }: AdminOptions):
     return new Problem('unauthorized', 'Admin endpoints other than /healthz and /readyz need "Authorization: Bearer <admin.token>".', {}, { 'www-authenticate': challenge }).toResponse()
   })
   app.get('/metrics', async (c) => {
-    const body = await metrics.registry.metrics()
-    return c.body(body, 200, { 'content-type': metrics.registry.contentType })
+    const { body, contentType } = await metrics.expose(c.req.header('accept'))
+    return c.body(body, 200, { 'content-type': contentType })
   })
   app.notFound(() => new Problem('no-route', 'No admin endpoint here: /metrics, /healthz, /readyz.').toResponse())
   return app

@@ -1,21 +1,28 @@
 #!/usr/bin/env node
 /**
- * fencegate [start] [--config PATH] [--with-sample]   run the gateway
+ * fencegate [start] [--config PATH] [--with-sample] [--workers N]   run the gateway (N processes on one port)
  * fencegate check-config [--config PATH]              validate a config: exit 0, or 2 with one line per problem
+ * fencegate migrate [--config PATH]                   create or update the store's schema (postgres)
  *
  * The config comes from --config, else $FENCEGATE_CONFIG, else ./config/fencegate.yaml.
  * Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
  */
+// first: starts tracing when OTEL_* asks for it, before the gateway serves anything
+import { tracing } from './telemetry/bootstrap.js'
 import { parseArgs } from 'node:util'
 import { existsSync } from 'node:fs'
 import { loadConfig, ConfigError, type ConfigProblem, formatProblem } from './config/load.js'
 import { StoreError } from './store/types.js'
 import { startGateway } from './server.js'
+import cluster from 'node:cluster'
+import { startPrimary, startWorker, workersRefusal } from './cluster.js'
+import { migrateStore } from './store/index.js'
 import { createLogger } from './log.js'
 import { VERSION } from './version.js'
 
-const USAGE = `usage: fencegate [start] [--config PATH] [--with-sample]
+const USAGE = `usage: fencegate [start] [--config PATH] [--with-sample] [--workers N]
        fencegate check-config [--config PATH]
+       fencegate migrate [--config PATH]
        fencegate --version`
 
 function fail(code: number, lines: string[]): never {
@@ -29,6 +36,7 @@ async function main(argv: string[]): Promise<void> {
     parsed = parseArgs({ args: argv, allowPositionals: true, options: {
       config: { type: 'string', short: 'c' },
       'with-sample': { type: 'boolean' },
+      workers: { type: 'string', short: 'w' },
       version: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     } })
@@ -39,7 +47,7 @@ async function main(argv: string[]): Promise<void> {
   if (values.version) { process.stdout.write(`fencegate ${VERSION}\n`); return }
   if (values.help) { process.stdout.write(`${USAGE}\n`); return }
   const command = positionals[0] ?? 'start'
-  if (positionals.length > 1 || !['start', 'check-config'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
+  if (positionals.length > 1 || !['start', 'check-config', 'migrate'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
   const file = values.config ?? process.env.FENCEGATE_CONFIG ?? (existsSync('config/fencegate.yaml') ? 'config/fencegate.yaml' : undefined)
   if (!file) fail(2, ['no config: pass --config PATH or set FENCEGATE_CONFIG', USAGE])
 
@@ -51,31 +59,45 @@ async function main(argv: string[]): Promise<void> {
     throw e
   }
   if (command === 'check-config') { process.stdout.write(`${file}: ok (${config.routes.length} route${config.routes.length === 1 ? '' : 's'})\n`); return }
+  if (command === 'migrate') {
+    try {
+      process.stdout.write(`${file}: ${await migrateStore(config.store)}\n`)
+    } catch (e) {
+      fail(e instanceof StoreError ? 2 : 1, [formatProblem(file, { path: 'store', message: (e as Error).message })])
+    }
+    return
+  }
+  const workers = Number(values.workers ?? 1)
+  if (!/^\d+$/.test(values.workers ?? '1') || workers < 1 || workers > 1024) fail(2, ['--workers must be a whole number from 1 to 1024', USAGE])
+  const refusal = workersRefusal(config, workers)
+  if (refusal) fail(2, [formatProblem(file, { path: 'store.kind', message: refusal })])
 
   const log = createLogger()
   let sample: { url: string; close(): Promise<void> } | undefined
-  if (values['with-sample']) {
+  if (values['with-sample'] && !cluster.isWorker) {
     const { startPayments } = await import('../examples/payments/server.js')
     const up = new URL(config.routes[0].upstream.url)
     sample = await startPayments(Number(up.port || 80), up.hostname)
   }
   let running
   try {
-    running = await startGateway(config, log)
+    running = await (cluster.isWorker ? startWorker(config, log) : workers > 1 ? startPrimary(config, workers, log) : startGateway(config, log))
   } catch (e) {
     await sample?.close()
     const storeProblem: ConfigProblem = { path: 'store', message: `store unreachable at start-up: ${(e as Error).message}` }
     if (e instanceof StoreError) fail(2, [formatProblem(file, storeProblem)])
     const err = e as NodeJS.ErrnoException
     if (err.code === 'EADDRINUSE' || err.code === 'EADDRNOTAVAIL' || err.code === 'EACCES') fail(2, [`${file}: listen: cannot listen (${err.code}): ${err.message}`])
+    const workerExit = (e as { exitCode?: number }).exitCode // a worker that could not start said why on stderr
+    if (workerExit !== undefined) fail(workerExit || 1, [`fencegate: ${err.message}`])
     throw e
   }
   if (sample) process.stdout.write(`sample payments service on ${sample.url}\n`)
-  process.stdout.write(`fencegate ${VERSION} on ${running.url} (admin ${running.adminUrl}, store ${config.store.kind})\n`)
-  log.info('started', { url: running.url, admin: running.adminUrl, store: config.store.kind, routes: config.routes.length })
+  if (!cluster.isWorker) process.stdout.write(`fencegate ${VERSION} on ${running.url} (admin ${running.adminUrl}, store ${config.store.kind}${workers > 1 ? `, ${workers} workers` : ''})\n`)
+  log.info('started', { url: running.url, admin: running.adminUrl, store: config.store.kind, routes: config.routes.length, ...(workers > 1 ? { workers, worker: cluster.worker?.id ?? 'primary' } : {}) })
   const stop = (signal: string) => {
     log.info('stopping', { signal })
-    running.close().then(() => sample?.close()).then(() => process.exit(0), () => process.exit(1))
+    running.close().then(() => sample?.close()).then(() => tracing?.shutdown()).then(() => process.exit(0), () => process.exit(1))
   }
   process.once('SIGTERM', () => stop('SIGTERM'))
   process.once('SIGINT', () => stop('SIGINT'))

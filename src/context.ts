@@ -5,7 +5,7 @@
 import type { HttpBindings } from '@hono/node-server'
 import type { CompiledRoute } from './route.js'
 import type { Outcome } from './problems.js'
-import type { UnknownReason } from './store/types.js'
+import type { RecordKey, UnknownReason } from './store/types.js'
 
 /** What the upstream answered, as the idempotency layer sees it before the client does. */
 export interface UpstreamResponse {
@@ -43,5 +43,7 @@ export type GatewayEnv = {
     code: number
     /** filled by idempotency */
     idempotencyResult: string
+    /** filled by idempotency: the record's key (traces carry only its hash, never the key) */
+    idempotencyRecord: RecordKey
   }
 }

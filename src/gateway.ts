@@ -12,6 +12,7 @@ import { compileRoute, type CompiledRoute } from './route.js'
 import { Problem } from './problems.js'
 import type { Store } from './store/types.js'
 import type { Metrics } from './telemetry/metrics.js'
+import { serverSpan } from './telemetry/tracing.js'
 import type { Logger } from './log.js'
 import { fencing } from './fencing/index.js'
 import { idempotency } from './idempotency/index.js'
@@ -34,10 +35,14 @@ function routeEntry(route: CompiledRoute): MiddlewareHandler<GatewayEnv> {
   }
 }
 
-/** Measures every request and records its outcome (contract §6). */
+/**
+ * Measures every request and records its outcome (contract §6); with tracing on, names the
+ * request's SERVER span and gives it the `fencegate.*` attributes from `c.var` (contract §7).
+ */
 function observe(metrics: Metrics): MiddlewareHandler<GatewayEnv> {
   return async function observe(c, next) {
     const started = performance.now()
+    const annotate = serverSpan(c)
     const path = c.env.incoming.url ?? '/'
     const q = path.indexOf('?')
     if (DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) {
@@ -51,6 +56,7 @@ function observe(metrics: Metrics): MiddlewareHandler<GatewayEnv> {
     const outcome = c.get('outcome') ?? 'forwarded'
     const code = c.get('code') ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
     metrics.requests.inc({ route, method: c.env.incoming.method ?? 'GET', code: String(code), outcome })
+    annotate?.(outcome)
     metrics.requestDuration.observe({ route, outcome }, (performance.now() - started) / 1000)
   }
 }

@@ -14,6 +14,7 @@ import { closeUpstreams } from './forward/index.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
 import { VERSION } from './version.js'
+import { untraced } from './telemetry/tracing.js'
 
 export interface Running {
   /** `http://host:port` of the proxy listener */
@@ -29,7 +30,7 @@ const hostPort = (listen: string): { host: string; port: number } => {
   return { host: listen.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(listen.slice(i + 1)) }
 }
 
-function listen(server: Server, listenAt: string): Promise<string> {
+export function listen(server: Server, listenAt: string): Promise<string> {
   const { host, port } = hostPort(listenAt)
   return new Promise((resolve, reject) => {
     server.once('error', reject)
@@ -41,11 +42,16 @@ function listen(server: Server, listenAt: string): Promise<string> {
   })
 }
 
+export interface StartOptions {
+  /** false: no admin listener (a `--workers` worker: the primary serves admin); default true */
+  admin?: boolean
+}
+
 /**
  * Opens the store and starts both listeners.
  * @throws StoreError when the store cannot be opened; Error (EADDRINUSE…) when a port is taken
  */
-export async function startGateway(config: Config, log: Logger = createLogger()): Promise<Running> {
+export async function startGateway(config: Config, log: Logger = createLogger(), options: StartOptions = {}): Promise<Running> {
   const metrics = createMetrics(VERSION)
   const raw = await openStore(config.store)
   const store = guardStore(raw, metrics, config.store.timeout, log)
@@ -59,10 +65,11 @@ export async function startGateway(config: Config, log: Logger = createLogger())
   const { app, pools } = createGateway(config, store, metrics, log)
   const server = createAdaptorServer({ fetch: app.fetch, autoCleanupIncoming: false }) as Server
   const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting }).fetch }) as Server
-  let url: string, adminUrl: string
+  untraced(admin) // probes and scrapes are not traffic: no spans
+  let url: string, adminUrl = ''
   try {
     url = await listen(server, config.listen)
-    adminUrl = await listen(admin, config.admin.listen)
+    if (options.admin !== false) adminUrl = await listen(admin, config.admin.listen)
   } catch (e) {
     server.close()
     await raw.close()

@@ -112,6 +112,10 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
   const { store } = config
   if ((store.kind === 'redis' || store.kind === 'postgres') && !store.url) {
     problems.push({ path: 'store.url', message: `store.kind ${store.kind} needs store.url`, line: lineOf(['store']) })
+  } else if (store.kind === 'redis' && !/^rediss?:\/\/./.test(store.url!)) {
+    problems.push({ path: 'store.url', message: 'store.kind redis needs a redis:// or rediss:// URL', line: lineOf(['store', 'url']) })
+  } else if (store.kind === 'postgres' && !/^postgres(ql)?:\/\/./.test(store.url!)) {
+    problems.push({ path: 'store.url', message: 'store.kind postgres needs a postgres:// or postgresql:// URL', line: lineOf(['store', 'url']) })
   }
   if (problems.length) throw new ConfigError(file, problems)
   if (!isAbsolute(store.path)) store.path = resolve(dirname(resolve(file)), store.path)

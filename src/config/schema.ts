@@ -85,6 +85,16 @@ export const configSchema = z.strictObject({
     synchronous: z.enum(['normal', 'full']).default('normal'),
     maxResources: z.number().int().min(1).default(1_000_000),
     maxRecords: z.number().int().min(1).default(100_000),
+    /** redis: namespace of every key, so deployments (or test runs) can share one Redis */
+    keyPrefix: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 of A-Z a-z 0-9 _ . -').default('fencegate'),
+    /** postgres: the schema holding fencegate's tables */
+    schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 characters)').default('public'),
+    /** postgres: create or update the schema at start-up (else run `fencegate migrate`) */
+    migrate: z.boolean().default(true),
+    /** postgres: most connections per gateway process */
+    pool: z.number().int().min(1).max(1000).default(10),
+    /** postgres: the server cancels a statement running longer than this */
+    statementTimeout: duration('5s'),
   }).prefault({}),
   shutdown: z.strictObject({
     /** how long in-flight requests may run on after SIGTERM */

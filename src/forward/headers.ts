@@ -4,6 +4,7 @@
  * fields after that removal, so a client cannot make it drop them.
  */
 import type { IncomingMessage } from 'node:http'
+import { replacedTraceFields } from '../telemetry/tracing.js'
 
 /** RFC 9110 §7.6.1 and the de-facto ones (Keep-Alive, Proxy-Connection). */
 export const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
@@ -41,12 +42,14 @@ export function requestHeaders(incoming: IncomingMessage, upstreamHost: string):
   const out: string[] = []
   let xff: string | undefined
   let via: string | undefined
+  // with tracing on, the client's traceparent (tracestate, baggage) is replaced, never appended to
+  const trace = replacedTraceFields.length > 0 ? replacedTraceFields : undefined
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]
     const lower = name.toLowerCase()
     if (lower === 'x-forwarded-for') { xff = xff === undefined ? raw[i + 1] : `${xff}, ${raw[i + 1]}`; continue }
     if (lower === 'via') { via = via === undefined ? raw[i + 1] : `${via}, ${raw[i + 1]}`; continue }
-    if (HOP_BY_HOP.has(lower) || REPLACED_ON_REQUEST.has(lower) || named?.has(lower)) continue
+    if (HOP_BY_HOP.has(lower) || REPLACED_ON_REQUEST.has(lower) || named?.has(lower) || trace?.includes(lower)) continue
     out.push(name, raw[i + 1])
   }
   // X-Forwarded-For named in Connection is dropped as hop-by-hop, and the peer then starts it anew

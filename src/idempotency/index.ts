@@ -40,7 +40,8 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
   const waitMs = route.config.upstream.timeout
   const count = (result: string) => metrics.idempotency.inc({ route: route.name, result })
 
-  const exchange = (key: RecordKey, claimId: string): Exchange => ({
+  // `count` counts a result and notes it on the request (c.var idempotencyResult, for traces)
+  const exchange = (key: RecordKey, claimId: string, count: (result: string) => void): Exchange => ({
     captureBytes: i.maxResponseBytes,
     async onResponse(res) {
       try {
@@ -91,6 +92,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
     const scope = i.scopeIsRoute ? '' : sha256hex(i.scope(requestTemplateSource(c)) ?? '')
     const recordKey: RecordKey = { route: route.name, scope, key }
+    c.set('idempotencyRecord', recordKey)
     const claimId = randomUUID()
     const deadline = Date.now() + waitMs
     for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {
@@ -110,7 +112,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
             metrics.duplicateForwards.inc(label)
             log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: route.name, after: result.after })
           }
-          c.set('exchange', exchange(recordKey, claimId))
+          c.set('exchange', exchange(recordKey, claimId, (r) => { count(r); c.set('idempotencyResult', r) }))
           await next()
           return
         case 'completed':

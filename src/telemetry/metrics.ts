@@ -1,31 +1,110 @@
 /**
  * Every metric of contract §6, declared once on one registry. Callers use the typed handles;
  * no label ever carries a key, a token, a resource or a tenant.
+ *
+ * The exposition is OpenMetrics when the scraper asks for it (Prometheus does), else the
+ * Prometheus text format. With tracing on, the duration histograms carry exemplars
+ * (`trace_id`, `span_id` of the sampled request), which only OpenMetrics can show.
  */
-import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge } from 'prom-client'
+import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
+import { traceExemplar } from './tracing.js'
 
 // A proxy's latencies: from half a millisecond to the longest upstream timeout worth seeing.
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
+/**
+ * A histogram whose observations carry the active sampled span as an exemplar, with the plain
+ * `observe(labels, value)` and `startTimer()` calls of any histogram.
+ */
+class TracedHistogram<T extends string> extends Histogram<T> {
+  constructor(config: HistogramConfiguration<T>) {
+    super({ ...config, enableExemplars: true })
+    const observeWithExemplar = (this as unknown as { observeWithExemplar(d: ObserveDataWithExemplar<T>): void }).observeWithExemplar.bind(this)
+    const observe = (labelsOrData: LabelValues<T> | ObserveDataWithExemplar<T> | number, value?: number): void => {
+      // startTimer() of an exemplar histogram calls observe({ labels, value, exemplarLabels })
+      const data: ObserveDataWithExemplar<T> = typeof labelsOrData === 'number' ? { value: labelsOrData }
+        : value === undefined ? labelsOrData as ObserveDataWithExemplar<T>
+        : { labels: labelsOrData as LabelValues<T>, value }
+      if (!data.exemplarLabels || Object.keys(data.exemplarLabels).length === 0) {
+        const ex = traceExemplar()
+        data.exemplarLabels = ex as LabelValues<T> | undefined
+      }
+      observeWithExemplar(data)
+    }
+    this.observe = observe as Histogram<T>['observe']
+  }
+}
+
+const OPENMETRICS = Registry.OPENMETRICS_CONTENT_TYPE
+const PROMETHEUS = Registry.PROMETHEUS_CONTENT_TYPE
+
+/**
+ * Whether an Accept header prefers OpenMetrics to the Prometheus text format (Prometheus sends
+ * `application/openmetrics-text;version=1.0.0,...,text/plain;version=0.0.4;q=0.5,...`).
+ */
+export function wantsOpenMetrics(accept: string | undefined): boolean {
+  if (!accept) return false
+  let om = 0
+  let text = 0
+  for (const part of accept.split(',')) {
+    const [type, ...params] = part.split(';').map((p) => p.trim().toLowerCase())
+    const qp = params.find((p) => p.startsWith('q='))
+    const q = qp === undefined ? 1 : Number(qp.slice(2)) || 0
+    if (type === 'application/openmetrics-text') om = Math.max(om, q)
+    else if (type === 'text/plain') text = Math.max(text, q)
+  }
+  return om > 0 && om >= text
+}
+
 export function createMetrics(version: string) {
-  const registry = new Registry()
+  // OpenMetrics from the start: prom-client refuses exemplar metrics on a Prometheus registry
+  const registry = new Registry<OpenMetricsContentType>()
+  registry.setContentType(OPENMETRICS)
   collectDefaultMetrics({ register: registry })
+  // gauges named *_total break the naming rules (promtool check metrics); the same numbers are
+  // the sums of nodejs_active_handles / _requests / _resources by type
+  for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name)
   const m = {
     registry,
     requests: new Counter({ name: 'fencegate_requests_total', help: 'Requests by route, method, status code and what the gateway decided.', labelNames: ['route', 'method', 'code', 'outcome'] as const, registers: [registry] }),
-    requestDuration: new Histogram({ name: 'fencegate_request_duration_seconds', help: 'Time from request to the end of the response, seconds.', labelNames: ['route', 'outcome'] as const, buckets: BUCKETS, registers: [registry] }),
-    upstreamDuration: new Histogram({ name: 'fencegate_upstream_duration_seconds', help: 'Time from sending upstream to its response headers, seconds.', labelNames: ['route', 'code'] as const, buckets: BUCKETS, registers: [registry] }),
+    requestDuration: new TracedHistogram({ name: 'fencegate_request_duration_seconds', help: 'Time from request to the end of the response, seconds.', labelNames: ['route', 'outcome'] as const, buckets: BUCKETS, registers: [registry] }),
+    upstreamDuration: new TracedHistogram({ name: 'fencegate_upstream_duration_seconds', help: 'Time from sending upstream to its response headers, seconds.', labelNames: ['route', 'code'] as const, buckets: BUCKETS, registers: [registry] }),
     fencingRejections: new Counter({ name: 'fencegate_fencing_rejections_total', help: 'Requests refused by fencing: stale token, missing token, malformed token.', labelNames: ['route', 'reason'] as const, registers: [registry] }),
     idempotency: new Counter({ name: 'fencegate_idempotency_total', help: 'Idempotency decisions: stored, replayed, in_flight, key_reused, released, not_stored.', labelNames: ['route', 'result'] as const, registers: [registry] }),
     unknownOutcomes: new Counter({ name: 'fencegate_unknown_outcomes_total', help: 'Requests sent (or maybe sent) upstream with no complete response: the effect may or may not have happened.', labelNames: ['route', 'reason'] as const, registers: [registry] }),
     duplicateForwards: new Counter({ name: 'fencegate_duplicate_forwards_total', help: 'Keys forwarded again after an unknown outcome (unknownOutcome: retry): possible duplicate effects.', labelNames: ['route'] as const, registers: [registry] }),
-    storeDuration: new Histogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
+    storeDuration: new TracedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
   }
   m.buildInfo.set({ version }, 1)
-  return m
+  return { ...m, expose: exposition(registry) }
+}
+
+/**
+ * `expose(accept)`: the registry's exposition in the format the Accept header asks for. One
+ * rendering at a time: prom-client keeps the format on the registry and renames counters
+ * (`_total` dropped) while rendering OpenMetrics, so the names are put back after each.
+ */
+function exposition(registry: Registry<OpenMetricsContentType>) {
+  let queue: Promise<unknown> = Promise.resolve()
+  return (accept: string | undefined): Promise<{ body: string; contentType: string }> => {
+    const contentType = wantsOpenMetrics(accept) ? OPENMETRICS : PROMETHEUS
+    const run = queue.then(async () => {
+      const counters = registry.getMetricsAsArray().filter((m) => (m as unknown as { type?: string }).type === 'counter') as unknown as { name: string }[]
+      const names = counters.map((m) => m.name)
+      registry.setContentType(contentType as OpenMetricsContentType)
+      try {
+        return { body: await registry.metrics(), contentType }
+      } finally {
+        counters.forEach((m, i) => { m.name = names[i] })
+        registry.setContentType(OPENMETRICS)
+      }
+    })
+    queue = run.catch(() => {})
+    return run
+  }
 }
 
 export type Metrics = ReturnType<typeof createMetrics>

@@ -69,9 +69,9 @@ export interface ChildGateway {
 }
 
 /** Starts the CLI as a child process with the config file given; resolves once /readyz is 200. */
-export async function spawnGateway(configPath: string, port: number, adminPort: number, logPath: string): Promise<ChildGateway> {
+export async function spawnGateway(configPath: string, port: number, adminPort: number, logPath: string, args: string[] = []): Promise<ChildGateway> {
   const fd = openSync(logPath, 'a')
-  const child = spawn(process.execPath, [CLI, '--config', configPath], { stdio: ['ignore', fd, fd] })
+  const child = spawn(process.execPath, [CLI, '--config', configPath, ...args], { stdio: ['ignore', fd, fd] })
   closeSync(fd)
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
   const adminUrl = `http://127.0.0.1:${adminPort}`

@@ -1,0 +1,128 @@
+/**
+ * `fencegate --workers N`: N worker processes (node:cluster) serving the one proxy port; the
+ * primary process accepts connections and hands them out in turn, runs the admin listener and
+ * restarts a worker that dies.
+ *
+ * Every worker opens its own connection to the store, so the store must be one they share:
+ * sqlite (the same file on one host), redis or postgres. The memory store is refused.
+ *
+ * Metrics: the primary's `/metrics` asks every worker for its metrics over the cluster IPC
+ * channel (prom-client's AggregatorRegistry) and answers with their sum (counters and
+ * histograms add up; process metrics are aggregated the way prom-client defines), plus the
+ * primary's own `fencegate_build_info` and `fencegate_store_up`. The aggregate is in the
+ * Prometheus text format (no exemplars). `/readyz` checks the primary's own store connection.
+ */
+import cluster, { type Worker } from 'node:cluster'
+import type { Server } from 'node:http'
+import { createAdaptorServer } from '@hono/node-server'
+import { AggregatorRegistry, Registry, type Metric } from 'prom-client'
+import type { Config } from './config/schema.js'
+import { createAdmin } from './admin.js'
+import { guardStore, openStore } from './store/index.js'
+import { createMetrics, type Metrics } from './telemetry/metrics.js'
+import type { Logger } from './log.js'
+import { listen, startGateway, type Running } from './server.js'
+import { VERSION } from './version.js'
+
+const LISTENING = 'fencegate:listening'
+/** Metrics that describe a process rather than add up over workers: the primary reports them. */
+const PRIMARY_ONLY = new Set(['fencegate_build_info', 'fencegate_store_up'])
+
+/** Why `--workers n` cannot run with this config, or undefined when it can. */
+export function workersRefusal(config: Config, workers: number): string | undefined {
+  if (workers > 1 && config.store.kind === 'memory') {
+    return `the memory store cannot be shared, so it cannot run with --workers ${workers}: every worker process would keep its own high-water marks and idempotency records, so a stale token or a repeated key could pass on another worker. Use store.kind sqlite (one host), redis or postgres, or run a single worker.`
+  }
+  return undefined
+}
+
+/** In a worker: starts the proxy listener only, and lets the primary collect this process's metrics. */
+export async function startWorker(config: Config, log: Logger): Promise<Running> {
+  const running = await startGateway(config, log, { admin: false })
+  const shared = new Registry()
+  for (const m of running.metrics.registry.getMetricsAsArray()) if (!PRIMARY_ONLY.has(m.name)) shared.registerMetric(m as unknown as Metric)
+  AggregatorRegistry.setRegistries([shared])
+  new AggregatorRegistry() // installs the listener that answers the primary's requests
+  process.send?.({ type: LISTENING, url: running.url })
+  return running
+}
+
+/**
+ * In the primary: forks `workers` workers, waits until each listens, then starts the admin
+ * listener with aggregated metrics.
+ * @throws StoreError when the primary cannot open the store; Error when a worker exits before it listens
+ */
+export async function startPrimary(config: Config, workers: number, log: Logger): Promise<Running> {
+  const metrics = createMetrics(VERSION)
+  const raw = await openStore(config.store)
+  const store = guardStore(raw, metrics, config.store.timeout, log)
+  let accepting = true
+  let admin: Server | undefined
+  const alive = new Set<Worker>()
+  try {
+    await store.ping()
+    const urls = await Promise.all(Array.from({ length: workers }, () => fork(alive)))
+    const aggregator = new AggregatorRegistry()
+    const own = new Registry()
+    for (const name of PRIMARY_ONLY) own.registerMetric(metrics.registry.getSingleMetric(name)!)
+    const clusterMetrics: Metrics = {
+      ...metrics,
+      expose: async () => {
+        const [workersText, ownText] = await Promise.all([aggregator.clusterMetrics(), own.metrics()])
+        return { body: `${workersText.trimEnd()}\n${ownText}`, contentType: Registry.PROMETHEUS_CONTENT_TYPE }
+      },
+    }
+    admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics: clusterMetrics, accepting: () => accepting }).fetch }) as Server
+    const adminUrl = await listen(admin, config.admin.listen)
+
+    // a worker that dies is replaced (after a pause, so a crash loop does not spin)
+    cluster.on('exit', (worker, code, signal) => {
+      alive.delete(worker)
+      if (!accepting) return
+      log.error('worker exited; starting a new one', { pid: worker.process.pid, code, signal })
+      setTimeout(() => { if (accepting) fork(alive).catch((e) => log.error('worker did not start', { error: (e as Error).message })) }, 1000).unref()
+    })
+
+    let closing: Promise<void> | undefined
+    const close = () => (closing ??= (async () => {
+      accepting = false
+      const grace = config.shutdown.grace + 2000
+      await Promise.all([...alive].map((w) => new Promise<void>((resolve) => {
+        if (w.isDead()) return resolve()
+        const kill = setTimeout(() => w.process.kill('SIGKILL'), grace)
+        w.once('exit', () => { clearTimeout(kill); resolve() })
+        w.process.kill('SIGTERM')
+      })))
+      admin!.closeAllConnections()
+      await new Promise<void>((r) => admin!.close(() => r()))
+      await raw.close().catch(() => {})
+    })())
+    return { url: urls[0], adminUrl, metrics, close }
+  } catch (e) {
+    accepting = false
+    for (const w of alive) w.process.kill('SIGKILL')
+    admin?.close()
+    await raw.close().catch(() => {})
+    throw e
+  }
+}
+
+/** Forks one worker; resolves with its proxy URL once it listens, rejects when it exits first. */
+function fork(alive: Set<Worker>): Promise<string> {
+  const worker = cluster.fork()
+  alive.add(worker)
+  return new Promise((resolve, reject) => {
+    const onMessage = (m: { type?: string; url?: string }) => {
+      if (m?.type !== LISTENING) return
+      worker.off('exit', onExit)
+      worker.off('message', onMessage)
+      resolve(m.url!)
+    }
+    const onExit = (code: number | null) => {
+      worker.off('message', onMessage)
+      reject(Object.assign(new Error(`a worker exited with code ${code} before it listened`), { exitCode: code }))
+    }
+    worker.on('message', onMessage)
+    worker.once('exit', onExit)
+  })
+}

@@ -1,0 +1,359 @@
+/**
+ * PostgreSQL store (pg), shared by every gateway replica that points at the same database.
+ *
+ * Tables carry the schema version in their names (like the SQLite store) and live in
+ * `store.schema`; `fencegate migrate` creates them, and so does start-up unless
+ * `store.migrate: false`. Every operation is one round trip:
+ * - fence: `INSERT … ON CONFLICT … DO UPDATE … WHERE highest < token RETURNING`, and when that
+ *   returns no row (equal or stale token) a read of the mark, both in one plpgsql function so
+ *   the second statement sees the row the first one compared against (or a later one);
+ * - claim: a plpgsql function that inserts the record (`ON CONFLICT DO NOTHING`), or else locks
+ *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/records.ts;
+ * - finish and release: one `UPDATE` / `DELETE` guarded by claim_id and state = 'in_flight'.
+ * Tokens travel as decimal text and are stored as BIGINT: never a JS number.
+ * A reaper deletes expired records in batches of 1000 (`FOR UPDATE SKIP LOCKED`, so replicas
+ * reaping at once do not queue behind each other).
+ *
+ * Failure: the pool never waits for a connection longer than `connectTimeoutMs`, statements are
+ * cancelled by the server after `statementTimeoutMs`, and a connection the server ends (restart,
+ * pg_terminate_backend, network) is dropped from the pool without crashing the process; the
+ * calls that needed it reject with StoreError (503).
+ */
+import pg from 'pg'
+import { randomUUID } from 'node:crypto'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store, type UnknownReason } from './types.js'
+
+export interface PostgresStoreOptions {
+  /** postgres:// or postgresql:// URL; `?application_name=` names the connections (default "fencegate") */
+  url: string
+  /** schema holding the tables; created by migrate; default "public" */
+  schema?: string
+  /** most connections per gateway process; default 10 */
+  pool?: number
+  /** the server cancels a statement running longer than this, ms; default 5000 */
+  statementTimeoutMs?: number
+  /** longest wait for a connection (new or from the pool), ms; default 1000 */
+  connectTimeoutMs?: number
+  /** how often expired records are deleted, ms; default 60000 (0 turns the reaper off) */
+  reapIntervalMs?: number
+}
+
+const IDENT = /^[a-z_][a-z0-9_]{0,62}$/
+
+/** The schema as SQL, every name qualified with the (validated, quoted) schema. */
+function schemaSql(s: string): string {
+  return `
+CREATE TABLE IF NOT EXISTS ${s}.fg_meta_v1 (name text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS ${s}.fg_fences_v1 (resource text PRIMARY KEY, highest bigint NOT NULL CHECK (highest >= 0));
+CREATE TABLE IF NOT EXISTS ${s}.fg_records_v1 (
+  route text NOT NULL, scope text NOT NULL, key text NOT NULL,
+  state text NOT NULL CHECK (state IN ('in_flight', 'completed', 'not_stored', 'unknown')),
+  fingerprint text NOT NULL, claim_id text NOT NULL,
+  lease_until bigint NOT NULL, expires_at bigint NOT NULL,
+  status integer, headers text, body bytea, reason text,
+  PRIMARY KEY (route, scope, key)
+);
+CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON ${s}.fg_records_v1 (expires_at);
+
+CREATE OR REPLACE FUNCTION ${s}.fg_fence_v1(p_resource text, p_token bigint, OUT o_accepted boolean, OUT o_highest text)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+  INSERT INTO ${s}.fg_fences_v1 AS f (resource, highest) VALUES (p_resource, p_token)
+  ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest WHERE f.highest < excluded.highest
+  RETURNING f.highest::text INTO o_highest;
+  IF FOUND THEN o_accepted := true; RETURN; END IF;
+  -- equal or stale: a new snapshot sees the mark compared against, or a later one
+  SELECT f.highest::text INTO o_highest FROM ${s}.fg_fences_v1 f WHERE f.resource = p_resource;
+  IF o_highest IS NULL THEN RAISE EXCEPTION 'fence: the mark of % disappeared', p_resource; END IF;
+  o_accepted := o_highest::bigint = p_token;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_v1(
+  p_route text, p_scope text, p_key text, p_fp text, p_cid text,
+  p_lease bigint, p_exp bigint, p_retry boolean, p_now bigint,
+  OUT o_kind text, OUT o_after text, OUT o_abandoned boolean, OUT o_lease bigint,
+  OUT o_status integer, OUT o_headers text, OUT o_body bytea, OUT o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  r ${s}.fg_records_v1%ROWTYPE;
+  v_fresh boolean := false;
+BEGIN
+  FOR attempt IN 1..5 LOOP
+    INSERT INTO ${s}.fg_records_v1 (route, scope, key, state, fingerprint, claim_id, lease_until, expires_at)
+    VALUES (p_route, p_scope, p_key, 'in_flight', p_fp, p_cid, p_lease, p_exp)
+    ON CONFLICT (route, scope, key) DO NOTHING;
+    IF FOUND THEN o_kind := 'claimed'; RETURN; END IF;
+    SELECT * INTO r FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key FOR UPDATE;
+    EXIT WHEN FOUND;
+    -- released or reaped between the two statements: try the insert again
+  END LOOP;
+  IF r.state IS NULL THEN RAISE EXCEPTION 'claim: the record kept disappearing'; END IF;
+
+  IF r.expires_at <= p_now THEN
+    v_fresh := true; o_kind := 'claimed';
+  ELSIF r.fingerprint <> p_fp THEN
+    o_kind := 'mismatch';
+  ELSIF r.state = 'completed' THEN
+    o_kind := 'completed'; o_status := r.status; o_headers := r.headers; o_body := r.body;
+  ELSIF r.state = 'not_stored' THEN
+    o_kind := 'not_stored'; o_status := coalesce(r.status, 0);
+  ELSIF r.state = 'in_flight' THEN
+    IF r.lease_until > p_now THEN
+      o_kind := 'in_flight'; o_lease := r.lease_until;
+    ELSIF p_retry THEN
+      v_fresh := true; o_kind := 'claimed'; o_after := 'crash'; o_abandoned := true;
+    ELSE
+      -- abandoned: its holder crashed or hung past the lease; reported once, then kept as unknown
+      UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = 'crash'
+        WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+      o_kind := 'unknown'; o_reason := 'crash'; o_abandoned := true;
+    END IF;
+  ELSIF p_retry THEN
+    v_fresh := true; o_kind := 'claimed'; o_after := coalesce(r.reason, 'crash');
+  ELSE
+    o_kind := 'unknown'; o_reason := coalesce(r.reason, 'crash');
+  END IF;
+
+  IF v_fresh THEN
+    UPDATE ${s}.fg_records_v1 t SET state = 'in_flight', fingerprint = p_fp, claim_id = p_cid,
+      lease_until = p_lease, expires_at = p_exp, status = NULL, headers = NULL, body = NULL, reason = NULL
+      WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+  END IF;
+END
+$fn$;
+`
+}
+
+interface ClaimRow {
+  o_kind: string
+  o_after: string | null
+  o_abandoned: boolean | null
+  o_lease: string | null
+  o_status: number | null
+  o_headers: string | null
+  o_body: Buffer | null
+  o_reason: string | null
+}
+
+const REASONS = new Set<string>(['timeout', 'reset', 'client_abort', 'crash'])
+const asReason = (s: string | null): UnknownReason => (s && REASONS.has(s) ? s as UnknownReason : 'crash')
+
+/** Quotes a validated schema name. */
+const quoted = (schema: string): string => {
+  if (!IDENT.test(schema)) throw new TypeError('options.schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 characters)')
+  return `"${schema}"`
+}
+
+/** A pool that never lets a dropped connection crash the process. */
+function createPool(o: Required<Pick<PostgresStoreOptions, 'url' | 'pool' | 'statementTimeoutMs' | 'connectTimeoutMs'>>, onError: (e: Error) => void): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: o.url,
+    max: o.pool,
+    connectionTimeoutMillis: o.connectTimeoutMs,
+    statement_timeout: o.statementTimeoutMs,
+    // a query on a connection that went silent (no RST) must not hold a pool slot forever
+    query_timeout: o.statementTimeoutMs + 1000,
+    idleTimeoutMillis: 30_000,
+    keepAlive: true,
+    fallback_application_name: 'fencegate',
+  })
+  // An idle client whose connection the server ended emits 'error' on the pool; pg drops it.
+  pool.on('error', onError)
+  return pool
+}
+
+/**
+ * Creates or updates the schema (idempotent; replicas may run it at once: an advisory lock
+ * serialises them).
+ * @throws StoreError when the database cannot be reached or refuses
+ */
+export async function migratePostgres(options: Pick<PostgresStoreOptions, 'url' | 'schema' | 'connectTimeoutMs'>): Promise<{ schema: string; epoch: string }> {
+  const schema = options.schema ?? 'public'
+  const s = quoted(schema)
+  const client = new pg.Client({ connectionString: options.url, connectionTimeoutMillis: options.connectTimeoutMs ?? 5000, fallback_application_name: 'fencegate migrate' })
+  client.on('error', () => {})
+  try {
+    await client.connect()
+    await client.query('BEGIN')
+    await client.query("SELECT pg_advisory_xact_lock(hashtext('fencegate migrate'))")
+    // CREATE SCHEMA needs CREATE on the database even when the schema exists: a role given a
+    // schema made for it by an administrator has no such right, and needs none
+    const exists = await client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema])
+    if (!exists.rowCount) await client.query(`CREATE SCHEMA ${s}`)
+    await client.query(schemaSql(s))
+    await client.query(`INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('epoch', $1) ON CONFLICT (name) DO NOTHING`, [randomUUID()])
+    const { rows } = await client.query(`SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'epoch'`)
+    await client.query('COMMIT')
+    return { schema, epoch: rows[0].value as string }
+  } catch (e) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw new StoreError(`cannot migrate PostgreSQL schema ${schema}: ${(e as Error).message}`, 'migrate', { cause: e })
+  } finally {
+    await client.end().catch(() => {})
+  }
+}
+
+export class PostgresStore implements Store {
+  readonly kind = 'postgres' as const
+  readonly #pool: pg.Pool
+  readonly #s: string
+  readonly #reaper?: NodeJS.Timeout
+  #closed = false
+  /** the value written when the schema was first created */
+  epoch = ''
+
+  /** Use `PostgresStore.open`, which also checks that the schema is there. */
+  constructor(options: PostgresStoreOptions) {
+    const { url, schema = 'public', pool = 10, statementTimeoutMs = 5000, connectTimeoutMs = 1000, reapIntervalMs = 60_000 } = options
+    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) throw new TypeError('options.url must be a postgres:// or postgresql:// URL')
+    if (!Number.isInteger(pool) || pool < 1) throw new TypeError('options.pool must be a positive integer')
+    if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw new TypeError('options.statementTimeoutMs must be a positive integer')
+    this.#s = quoted(schema)
+    this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
+    if (reapIntervalMs > 0) {
+      this.#reaper = setInterval(() => { this.reap(Date.now()).catch(() => { /* next round */ }) }, reapIntervalMs)
+      this.#reaper.unref()
+    }
+  }
+
+  /**
+   * Connects, runs the migration when `migrate` is true, and reads the epoch.
+   * @throws StoreError when the database cannot be reached or the schema is missing
+   */
+  static async open(options: PostgresStoreOptions & { migrate?: boolean }): Promise<PostgresStore> {
+    if (options.migrate) await migratePostgres(options)
+    const store = new PostgresStore(options)
+    try {
+      const { rows } = await store.#pool.query(`SELECT value FROM ${store.#s}.fg_meta_v1 WHERE name = 'epoch'`)
+      store.epoch = rows[0]?.value ?? ''
+    } catch (e) {
+      await store.close()
+      const missing = (e as { code?: string }).code === '42P01'
+      throw new StoreError(missing
+        ? `PostgreSQL schema ${options.schema ?? 'public'} has no fencegate tables: run \`fencegate migrate --config PATH\` or set store.migrate: true`
+        : `cannot reach PostgreSQL: ${(e as Error).message}`, 'open', { cause: e })
+    }
+    return store
+  }
+
+  async #run<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    if (this.#closed) throw new StoreError('store is closed', op)
+    try {
+      return await fn()
+    } catch (e) {
+      throw new StoreError(`postgres ${op}: ${(e as Error).message}`, op, { cause: e })
+    }
+  }
+
+  fence(resource: string, token: bigint): Promise<FenceResult> {
+    return this.#run('fence', async () => {
+      const { rows } = await this.#pool.query({
+        name: 'fg_fence',
+        text: `SELECT o_accepted, o_highest FROM ${this.#s}.fg_fence_v1($1, $2::bigint)`,
+        values: [resource, token.toString()],
+      })
+      return { accepted: rows[0].o_accepted === true, highest: BigInt(rows[0].o_highest) }
+    })
+  }
+
+  highest(resource: string): Promise<bigint | undefined> {
+    return this.#run('highest', async () => {
+      const { rows } = await this.#pool.query({
+        name: 'fg_highest',
+        text: `SELECT highest::text AS highest FROM ${this.#s}.fg_fences_v1 WHERE resource = $1`,
+        values: [resource],
+      })
+      return rows.length ? BigInt(rows[0].highest) : undefined
+    })
+  }
+
+  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
+    return this.#run('claim', async () => {
+      const { rows } = await this.#pool.query<ClaimRow>({
+        name: 'fg_claim',
+        text: `SELECT * FROM ${this.#s}.fg_claim_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+        values: [key.route, key.scope, key.key, req.fingerprint, req.claimId, now + req.leaseMs, now + req.ttlMs, req.retryUnknown, now],
+      })
+      const r = rows[0]
+      switch (r.o_kind) {
+        case 'claimed': {
+          const out: ClaimResult = { kind: 'claimed' }
+          if (r.o_after) out.after = asReason(r.o_after)
+          if (r.o_abandoned) out.abandoned = true
+          return out
+        }
+        case 'completed':
+          return { kind: 'completed', response: { status: r.o_status!, headers: JSON.parse(r.o_headers ?? '[]'), body: r.o_body ?? Buffer.alloc(0) } }
+        case 'not_stored':
+          return { kind: 'not_stored', status: r.o_status ?? 0 }
+        case 'in_flight':
+          return { kind: 'in_flight', leaseUntil: Number(r.o_lease) }
+        case 'unknown':
+          return r.o_abandoned ? { kind: 'unknown', reason: asReason(r.o_reason), abandoned: true } : { kind: 'unknown', reason: asReason(r.o_reason) }
+        case 'mismatch':
+          return { kind: 'mismatch' }
+        default:
+          throw new Error(`claim function answered ${r.o_kind}`)
+      }
+    })
+  }
+
+  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
+    return this.#run('finish', async () => {
+      await this.#pool.query({
+        name: 'fg_finish',
+        text: `UPDATE ${this.#s}.fg_records_v1 SET state = $5, lease_until = 0, expires_at = $6, status = $7, headers = $8, body = $9, reason = $10
+          WHERE route = $1 AND scope = $2 AND key = $3 AND claim_id = $4 AND state = 'in_flight'`,
+        values: [key.route, key.scope, key.key, claimId, done.kind, now + ttlMs,
+          done.kind === 'completed' ? done.response.status : done.kind === 'not_stored' ? done.status : null,
+          done.kind === 'completed' ? JSON.stringify(done.response.headers) : null,
+          done.kind === 'completed' ? done.response.body : null,
+          done.kind === 'unknown' ? done.reason : null],
+      })
+    })
+  }
+
+  release(key: RecordKey, claimId: string): Promise<void> {
+    return this.#run('release', async () => {
+      await this.#pool.query({
+        name: 'fg_release',
+        text: `DELETE FROM ${this.#s}.fg_records_v1 WHERE route = $1 AND scope = $2 AND key = $3 AND claim_id = $4 AND state = 'in_flight'`,
+        values: [key.route, key.scope, key.key, claimId],
+      })
+    })
+  }
+
+  /**
+   * Deletes expired records, `batch` at a time, at most `maxBatches` batches; returns how many.
+   * Rows another transaction holds are skipped, not waited for.
+   */
+  async reap(now: number, batch = 1000, maxBatches = 10): Promise<number> {
+    let total = 0
+    for (let i = 0; i < maxBatches && !this.#closed; i++) {
+      const { rowCount } = await this.#pool.query({
+        name: 'fg_reap',
+        text: `DELETE FROM ${this.#s}.fg_records_v1 WHERE (route, scope, key) IN (
+          SELECT route, scope, key FROM ${this.#s}.fg_records_v1 WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+        values: [now, batch],
+      })
+      total += rowCount ?? 0
+      if ((rowCount ?? 0) < batch) break
+    }
+    return total
+  }
+
+  /** A round trip that also proves the tables are there. */
+  ping(): Promise<void> {
+    return this.#run('ping', async () => {
+      await this.#pool.query({ name: 'fg_ping', text: `SELECT 1 FROM ${this.#s}.fg_meta_v1 LIMIT 1` })
+    })
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    if (this.#reaper) clearInterval(this.#reaper)
+    await this.#pool.end().catch(() => {})
+  }
+}

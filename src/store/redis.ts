@@ -1,0 +1,284 @@
+/**
+ * Redis store (ioredis), shared by every gateway replica that points at the same Redis.
+ *
+ * Every operation that reads and then writes is one Lua script, so Redis runs it atomically:
+ * no other command (from this or another replica) runs between its check and its write. The
+ * scripts implement the table of src/store/records.ts exactly; the conformance suite holds
+ * them to it.
+ *
+ * Key layout (Redis Cluster ready: every script touches exactly one key, and the whole key is
+ * its own hash tag, so records and marks spread over the slots):
+ *   {fg:<prefix>:f:<resource>}               string: the high-water mark, decimal; never expires
+ *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
+ *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
+ * `%`, `{`, `}` and `:` inside the parts are percent-encoded, so no user value can end the hash
+ * tag early or make two records share a key.
+ *
+ * Tokens go to Lua as decimal strings and are compared by length, then byte by byte: Lua
+ * numbers are doubles and would round above 2^53.
+ *
+ * Failure: no offline queue and no command retry, so a call made while the connection is down
+ * rejects at once (StoreError, 503 upstream of here) instead of queueing; in-flight calls on a
+ * connection that drops reject too (a replayed claim could report our own claim as in flight).
+ * The client reconnects in the background with capped exponential backoff.
+ */
+import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store, type UnknownReason } from './types.js'
+
+export interface RedisStoreOptions {
+  /** redis:// or rediss:// URL */
+  url: string
+  /** namespace for every key, so several deployments (or test runs) share one Redis; default "fencegate" */
+  keyPrefix?: string
+  /** how long to wait for a TCP connection, ms; default 1000 */
+  connectTimeoutMs?: number
+  /** longest pause between reconnection attempts, ms; default 2000 */
+  maxBackoffMs?: number
+}
+
+// KEYS[1] = fence key; ARGV[1] = token (canonical decimal). Returns {accepted 0|1, highest}.
+const FENCE = `
+local function lt(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+local t = ARGV[1]
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if lt(t, cur) then return {0, cur} end
+  if t == cur then return {1, cur} end
+end
+redis.call('SET', KEYS[1], t)
+return {1, t}
+`
+
+// KEYS[1] = record key; ARGV = fingerprint, claimId, leaseUntil, expiresAt, ttlMs, retry (1|0), now.
+// Returns {kind, ...}: claimed [after] [abandoned] | completed status headers body |
+// not_stored status | in_flight leaseUntil | unknown reason [abandoned] | mismatch.
+// Times are epoch ms: doubles hold them exactly.
+const CLAIM = `
+local k = KEYS[1]
+local fp, cid, leaseUntil, expiresAt, ttl, retry, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1', tonumber(ARGV[7])
+local function fresh()
+  redis.call('DEL', k)
+  redis.call('HSET', k, 'state', 'in_flight', 'fp', fp, 'cid', cid, 'lease', leaseUntil, 'exp', expiresAt)
+  redis.call('PEXPIRE', k, ttl)
+end
+local r = redis.call('HMGET', k, 'state', 'fp', 'lease', 'exp', 'reason', 'status')
+local state = r[1]
+if not state or tonumber(r[4]) <= now then
+  fresh()
+  return {'claimed'}
+end
+if r[2] ~= fp then return {'mismatch'} end
+if state == 'completed' then
+  local resp = redis.call('HMGET', k, 'headers', 'body')
+  return {'completed', r[6], resp[1], resp[2] or ''}
+end
+if state == 'not_stored' then return {'not_stored', r[6] or '0'} end
+if state == 'in_flight' then
+  if tonumber(r[3]) > now then return {'in_flight', r[3]} end
+  if retry then
+    fresh()
+    return {'claimed', 'crash', 'abandoned'}
+  end
+  redis.call('HSET', k, 'state', 'unknown', 'reason', 'crash')
+  return {'unknown', 'crash', 'abandoned'}
+end
+local reason = r[5] or 'crash'
+if retry then
+  fresh()
+  return {'claimed', reason}
+end
+return {'unknown', reason}
+`
+
+// KEYS[1] = record key; ARGV = claimId, state, expiresAt, ttlMs, status, headers, body, reason.
+// Writes only while the record is in flight under claimId. Returns 1 when written.
+const FINISH = `
+local k = KEYS[1]
+local r = redis.call('HMGET', k, 'state', 'cid', 'fp')
+if r[1] ~= 'in_flight' or r[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', k)
+redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', ARGV[3])
+if ARGV[2] == 'completed' then
+  redis.call('HSET', k, 'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
+elseif ARGV[2] == 'not_stored' then
+  redis.call('HSET', k, 'status', ARGV[5])
+else
+  redis.call('HSET', k, 'reason', ARGV[8])
+end
+redis.call('PEXPIRE', k, ARGV[4])
+return 1
+`
+
+// KEYS[1] = record key; ARGV[1] = claimId. Deletes only an in-flight record held by claimId.
+const RELEASE = `
+local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
+if r[1] == 'in_flight' and r[2] == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`
+
+/** The scripts as ioredis commands: defineCommand loads each once, then EVALSHA (EVAL again on NOSCRIPT). */
+interface ScriptCommands {
+  fgFence(key: string, token: string): Promise<[number, string]>
+  fgClaimBuffer(key: string, ...args: string[]): Promise<Buffer[]>
+  fgFinish(key: string, ...args: (string | Buffer)[]): Promise<number>
+  fgRelease(key: string, claimId: string): Promise<number>
+}
+
+/** Percent-encodes the characters that would end a hash tag or blur the parts of a key. */
+const part = (s: string): string => s.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+
+const REASONS = new Set<UnknownReason>(['timeout', 'reset', 'client_abort', 'crash'])
+const asReason = (b: Buffer | undefined): UnknownReason => {
+  const s = b?.toString() as UnknownReason
+  return REASONS.has(s) ? s : 'crash'
+}
+
+export class RedisStore implements Store {
+  readonly kind = 'redis' as const
+  readonly #redis: Redis & ScriptCommands
+  readonly #prefix: string
+  #lastError: Error | undefined
+  #closed = false
+  /** the value written when this key prefix was first used (see `open`) */
+  epoch = ''
+
+  /** Use `RedisStore.open`, which also waits for the first connection. */
+  constructor(options: RedisStoreOptions) {
+    const { url, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000 } = options
+    if (typeof url !== 'string' || !/^rediss?:\/\//.test(url)) throw new TypeError('options.url must be a redis:// or rediss:// URL')
+    if (typeof keyPrefix !== 'string' || !keyPrefix) throw new TypeError('options.keyPrefix must be a non-empty string')
+    this.#prefix = `fg:${part(keyPrefix)}`
+    this.#redis = new Redis(url, {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      // commands issued in the same tick by concurrent requests share one write to the socket
+      enableAutoPipelining: true,
+      connectTimeout: connectTimeoutMs,
+      retryStrategy: (times: number) => Math.min(50 * 2 ** Math.min(times, 10), maxBackoffMs),
+      // a replica that became read-only after a failover: reconnect so we reach the new primary
+      reconnectOnError: (e: Error) => e.message.startsWith('READONLY'),
+    }) as Redis & ScriptCommands
+    // Without a listener ioredis prints every connection error; remember the last for ping().
+    this.#redis.on('error', (e: Error) => { this.#lastError = e })
+    this.#redis.on('ready', () => { this.#lastError = undefined })
+    this.#redis.defineCommand('fgFence', { numberOfKeys: 1, lua: FENCE })
+    this.#redis.defineCommand('fgClaim', { numberOfKeys: 1, lua: CLAIM })
+    this.#redis.defineCommand('fgFinish', { numberOfKeys: 1, lua: FINISH })
+    this.#redis.defineCommand('fgRelease', { numberOfKeys: 1, lua: RELEASE })
+  }
+
+  /**
+   * Connects and records the prefix's epoch.
+   * @throws StoreError when Redis cannot be reached
+   */
+  static async open(options: RedisStoreOptions): Promise<RedisStore> {
+    const store = new RedisStore(options)
+    try {
+      await store.#redis.connect()
+      await store.#redis.set(store.#key('epoch'), randomUUID(), 'NX')
+      store.epoch = (await store.#redis.get(store.#key('epoch'))) ?? ''
+    } catch (e) {
+      store.#redis.disconnect()
+      throw new StoreError(`cannot connect to Redis: ${(e as Error).message}`, 'open', { cause: e })
+    }
+    return store
+  }
+
+  #key(...parts: string[]): string {
+    return `{${this.#prefix}:${parts.map(part).join(':')}}`
+  }
+
+  #recordKey(k: RecordKey): string {
+    return this.#key('r', k.route, k.scope, k.key)
+  }
+
+  async #run<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    if (this.#closed) throw new StoreError('store is closed', op)
+    try {
+      return await fn()
+    } catch (e) {
+      const why = this.#redis.status === 'ready' ? (e as Error).message : `not connected (${this.#lastError?.message ?? this.#redis.status})`
+      throw new StoreError(`redis ${op}: ${why}`, op, { cause: e })
+    }
+  }
+
+  fence(resource: string, token: bigint): Promise<FenceResult> {
+    return this.#run('fence', async () => {
+      const [accepted, highest] = await this.#redis.fgFence(this.#key('f', resource), token.toString())
+      return { accepted: accepted === 1, highest: BigInt(highest) }
+    })
+  }
+
+  highest(resource: string): Promise<bigint | undefined> {
+    return this.#run('highest', async () => {
+      const v = await this.#redis.get(this.#key('f', resource))
+      return v === null ? undefined : BigInt(v)
+    })
+  }
+
+  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
+    return this.#run('claim', async () => {
+      const r = await this.#redis.fgClaimBuffer(this.#recordKey(key),
+        req.fingerprint, req.claimId, String(now + req.leaseMs), String(now + req.ttlMs),
+        String(Math.max(1, req.ttlMs)), req.retryUnknown ? '1' : '0', String(now))
+      const kind = r[0].toString()
+      switch (kind) {
+        case 'claimed': {
+          const out: ClaimResult = { kind: 'claimed' }
+          if (r[1]) out.after = asReason(r[1])
+          if (r[2]) out.abandoned = true
+          return out
+        }
+        case 'completed':
+          return { kind: 'completed', response: { status: Number(r[1].toString()), headers: JSON.parse(r[2].toString()), body: Buffer.from(r[3]) } }
+        case 'not_stored':
+          return { kind: 'not_stored', status: Number(r[1].toString()) }
+        case 'in_flight':
+          return { kind: 'in_flight', leaseUntil: Number(r[1].toString()) }
+        case 'unknown':
+          return r[2] ? { kind: 'unknown', reason: asReason(r[1]), abandoned: true } : { kind: 'unknown', reason: asReason(r[1]) }
+        case 'mismatch':
+          return { kind: 'mismatch' }
+        default:
+          throw new Error(`claim script answered ${kind}`)
+      }
+    })
+  }
+
+  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
+    return this.#run('finish', async () => {
+      const status = done.kind === 'completed' ? String(done.response.status) : done.kind === 'not_stored' ? String(done.status) : ''
+      await this.#redis.fgFinish(this.#recordKey(key), claimId, done.kind, String(now + ttlMs), String(Math.max(1, ttlMs)), status,
+        done.kind === 'completed' ? JSON.stringify(done.response.headers) : '',
+        done.kind === 'completed' ? done.response.body : '',
+        done.kind === 'unknown' ? done.reason : '')
+    })
+  }
+
+  release(key: RecordKey, claimId: string): Promise<void> {
+    return this.#run('release', async () => {
+      await this.#redis.fgRelease(this.#recordKey(key), claimId)
+    })
+  }
+
+  ping(): Promise<void> {
+    return this.#run('ping', async () => {
+      await this.#redis.ping()
+    })
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    await this.#redis.quit().catch(() => this.#redis.disconnect())
+  }
+}

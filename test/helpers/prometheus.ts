@@ -1,0 +1,96 @@
+/**
+ * A real Prometheus server for tests (the Debian package `prometheus`): temp dir, loopback,
+ * 1 s scrape and evaluation interval, exemplar storage on. Tests that need it fail, loudly and
+ * with the reason, when the binaries are missing.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync, openSync, closeSync, readFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { request } from 'undici'
+import { freePort } from './gateway.js'
+
+/** Throws, naming the fix, when `bin` (promtool, prometheus) cannot be run. */
+export function requireBinary(bin: 'promtool' | 'prometheus'): void {
+  const r = spawnSync(bin, ['--version'], { encoding: 'utf8' })
+  if (r.error || r.status !== 0) {
+    throw new Error(`${bin} is not installed (${r.error?.message ?? r.stderr}): install the Debian package "prometheus" (apt-get install -y prometheus), as .ci/run does; these tests check the dashboards and alert rules against it and cannot pass without it`)
+  }
+}
+
+/** Runs promtool; resolves with exit code and output. */
+export function promtool(args: string[], stdin?: string): { status: number | null; output: string } {
+  const r = spawnSync('promtool', args, { input: stdin, encoding: 'utf8' })
+  if (r.error) throw r.error
+  return { status: r.status, output: `${r.stdout}${r.stderr}` }
+}
+
+export interface PromResult { status: string; error?: string; errorType?: string; data: any }
+
+export interface Prometheus {
+  url: string
+  /** GET an HTTP API path (e.g. /api/v1/query?query=...) and return its JSON, errors included */
+  api(path: string, params?: Record<string, string>): Promise<PromResult>
+  log(): string
+  close(): Promise<void>
+}
+
+export async function startPrometheus(opts: { targets: string[]; ruleFiles?: string[] }): Promise<Prometheus> {
+  requireBinary('prometheus')
+  const dir = mkdtempSync(join(tmpdir(), 'fg-prom-'))
+  const port = await freePort()
+  writeFileSync(join(dir, 'prometheus.yml'), `global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+${(opts.ruleFiles ?? []).map((f) => `  - ${JSON.stringify(f)}`).join('\n') || '  []'}
+scrape_configs:
+  - job_name: fencegate
+    static_configs:
+      - targets: ${JSON.stringify(opts.targets)}
+`)
+  const logPath = join(dir, 'prometheus.log')
+  const fd = openSync(logPath, 'a')
+  const child: ChildProcess = spawn('prometheus', [
+    `--config.file=${join(dir, 'prometheus.yml')}`,
+    `--storage.tsdb.path=${join(dir, 'data')}`,
+    '--storage.tsdb.retention.time=1h',
+    `--web.listen-address=127.0.0.1:${port}`,
+    // no console templates, no lifecycle or admin APIs: just the query API
+    `--web.console.templates=${join(dir, 'consoles')}`,
+    `--web.console.libraries=${join(dir, 'console_libraries')}`,
+    '--enable-feature=exemplar-storage',
+    '--log.level=warn',
+  ], { stdio: ['ignore', fd, fd] })
+  closeSync(fd)
+  const exited = new Promise<void>((r) => child.once('exit', () => r()))
+  const url = `http://127.0.0.1:${port}`
+  const log = () => readFileSync(logPath, 'utf8')
+  const api = async (path: string, params?: Record<string, string>): Promise<PromResult> => {
+    const qs = params ? `?${new URLSearchParams(params)}` : ''
+    const r = await request(`${url}${path}${qs}`)
+    return await r.body.json() as PromResult
+  }
+  const deadline = Date.now() + 20_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`prometheus exited ${child.exitCode}: ${log()}`)
+    try {
+      const r = await request(`${url}/-/ready`)
+      await r.body.dump()
+      if (r.statusCode === 200) break
+    } catch { /* not up yet */ }
+    if (Date.now() > deadline) { child.kill('SIGKILL'); throw new Error(`prometheus not ready: ${log()}`) }
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  return {
+    url,
+    api,
+    log,
+    close: async () => {
+      child.kill('SIGTERM')
+      await exited
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}

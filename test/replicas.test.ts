@@ -1,0 +1,152 @@
+// Two gateway processes (replicas A and B, each on its own port) sharing one store: once Redis,
+// once PostgreSQL. What a load balancer in front of them must not be able to tell apart from
+// one gateway. Each run has its own key prefix / schema, removed afterwards.
+import { randomUUID } from 'node:crypto'
+import { join } from 'node:path'
+import { rmSync, writeFileSync } from 'node:fs'
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { Redis } from 'ioredis'
+import pg from 'pg'
+import { startUpstream, type Upstream } from './helpers/upstream.js'
+import { tempDir, freePort, spawnGateway, type ChildGateway } from './helpers/gateway.js'
+import { post, metrics, metric } from './helpers/http.js'
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const run = randomUUID().replaceAll('-', '').slice(0, 10)
+
+interface Shared {
+  kind: 'redis' | 'postgres'
+  /** the store block of the config */
+  store: string
+  drop(): Promise<void>
+}
+
+const stores: Shared[] = [
+  {
+    kind: 'redis',
+    store: `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fgrep-${run}`,
+    drop: async () => {
+      const r = new Redis(REDIS_URL)
+      let cursor = '0'
+      do {
+        const [next, keys] = await r.scan(cursor, 'MATCH', `{fg:fgrep-${run}:*`, 'COUNT', 1000)
+        cursor = next
+        if (keys.length) await r.del(...keys)
+      } while (cursor !== '0')
+      r.disconnect()
+    },
+  },
+  {
+    kind: 'postgres',
+    store: `  kind: postgres\n  url: ${PG_URL}\n  schema: fgrep_${run}\n  pool: 4`,
+    drop: async () => {
+      const c = new pg.Client({ connectionString: PG_URL })
+      await c.connect()
+      await c.query(`DROP SCHEMA IF EXISTS fgrep_${run} CASCADE`)
+      await c.end()
+    },
+  },
+]
+
+let up: Upstream
+beforeAll(async () => { up = await startUpstream() })
+afterAll(async () => { await up?.close() })
+
+describe.each(stores)('two replicas sharing $kind', (shared) => {
+  const dir = tempDir('fg-replicas-')
+  let a: ChildGateway, b: ChildGateway
+
+  const start = async (name: string) => {
+    const port = await freePort(), admin = await freePort()
+    const file = join(dir, `${name}.yaml`)
+    writeFileSync(file, `listen: 127.0.0.1:${port}
+admin:
+  listen: 127.0.0.1:${admin}
+store:
+${shared.store}
+routes:
+  - name: ledger
+    match:
+      path: /ledger/:res/*
+    upstream:
+      url: ${up.url}
+      timeout: 5s
+    fencing:
+      resource: "{param.res}"
+    idempotency:
+      required: true
+      lease: 10s
+`)
+    return spawnGateway(file, port, admin, join(dir, `${name}.log`))
+  }
+
+  beforeAll(async () => {
+    a = await start('a')
+    b = await start('b')
+  })
+  afterAll(async () => {
+    await a?.stop()
+    await b?.stop()
+    await shared.drop()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  // resources (and so upstream paths) are per store: both describe blocks share the upstream
+  const write = (g: ChildGateway, res: string, token: string, key: string, path = 'charge') =>
+    post(`${g.url}/ledger/${shared.kind}-${res}/${path}`, { res }, { 'fencing-token': token, 'idempotency-key': key })
+  const calls = (res: string, path = '') => up.count(`/ledger/${shared.kind}-${res}/${path}`)
+
+  test('a stale token sent to B after a newer one passed A is rejected (412)', async () => {
+    expect((await write(a, 'stale', '7', 'k-a')).status).toBe(201)
+    const stale = await write(b, 'stale', '6', 'k-b')
+    expect(stale.status).toBe(412)
+    expect(stale.json()).toMatchObject({ type: 'urn:fencegate:problem:stale-fencing-token', token: '6', highestToken: '7' })
+    // and the other way round, at the top of the range
+    expect((await write(b, 'stale', '9223372036854775807', 'k-b2')).status).toBe(201)
+    expect((await write(a, 'stale', '9223372036854775806', 'k-a2')).json().highestToken).toBe('9223372036854775807')
+  })
+
+  test('a key completed on A replays on B, byte for byte, without calling the upstream', async () => {
+    const first = await write(a, 'replay', '1', 'k-replay')
+    expect(first.status).toBe(201)
+    const before = calls('replay')
+    const again = await write(b, 'replay', '1', 'k-replay')
+    expect(again.status).toBe(201)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body.equals(first.body)).toBe(true)
+    expect(calls('replay')).toBe(before)
+  })
+
+  test('100 concurrent same-key requests split across both reach the upstream once', async () => {
+    const replies = await Promise.all(Array.from({ length: 100 }, (_, i) => write(i % 2 ? a : b, 'race', '1', 'one-key')))
+    expect(calls('race')).toBe(1)
+    const fresh = replies.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined)
+    expect(fresh).toHaveLength(1)
+    for (const r of replies) {
+      if (r === fresh[0]) continue
+      // the others were told it is in flight, or (once it completed) got the replay
+      if (r.status === 409) expect(r.json().type).toBe('urn:fencegate:problem:request-in-flight')
+      else expect([r.status, r.headers['idempotent-replayed']]).toEqual([201, 'true'])
+    }
+    const stored = metric(await metrics(a.adminUrl), 'fencegate_idempotency_total', { result: 'stored' }) +
+      metric(await metrics(b.adminUrl), 'fencegate_idempotency_total', { result: 'stored' })
+    expect(stored).toBeGreaterThanOrEqual(1)
+  })
+
+  test('a claim in flight on A gets 409 request-in-flight on B', async () => {
+    const slow = write(a, 'held', '1', 'k-held', 'slow?ms=1500')
+    // wait until A's request reached the upstream: the claim is held from then on
+    for (let i = 0; i < 100 && calls('held', 'slow') === 0; i++) await new Promise((r) => setTimeout(r, 20))
+    expect(calls('held', 'slow')).toBe(1)
+    const onB = await write(b, 'held', '1', 'k-held', 'slow?ms=1500')
+    expect(onB.status).toBe(409)
+    expect(onB.json().type).toBe('urn:fencegate:problem:request-in-flight')
+    expect(Number(onB.headers['retry-after'])).toBeGreaterThanOrEqual(1)
+    expect((await slow).status).toBe(200)
+    // once A finished, B replays A's answer
+    const after = await write(b, 'held', '1', 'k-held', 'slow?ms=1500')
+    expect([after.status, after.headers['idempotent-replayed']]).toEqual([200, 'true'])
+    expect(calls('held', 'slow')).toBe(1)
+  })
+})

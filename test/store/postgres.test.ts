@@ -1,0 +1,101 @@
+// The conformance suite against a real PostgreSQL (PG_URL, default postgres://postgres@127.0.0.1:5432/test).
+// The run gets its own schema, emptied after each test and dropped at the end, so runs can overlap.
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import pg from 'pg'
+import { PostgresStore, migratePostgres } from '../../src/store/postgres.js'
+import { StoreError } from '../../src/store/types.js'
+import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
+
+const URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const schema = `fgtest_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+const admin = new pg.Pool({ connectionString: URL, max: 2 })
+const open = (over: Partial<Parameters<typeof PostgresStore.open>[0]> = {}) =>
+  PostgresStore.open({ url: URL, schema, pool: 4, reapIntervalMs: 0, ...over })
+
+beforeAll(async () => { await migratePostgres({ url: URL, schema }) })
+afterAll(async () => {
+  await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+  await admin.query(`DROP SCHEMA IF EXISTS "${schema}_m" CASCADE`)
+  await admin.end()
+})
+
+describeStoreConformance('postgres', () => open(), {
+  makeSecond: () => open(),
+  cleanup: async () => { await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`) },
+})
+
+describe('PostgresStore', () => {
+  test('tokens are BIGINT in the table; a mark written by SQL at 2^63-1 is compared exactly', async () => {
+    const s = await open()
+    try {
+      await admin.query(`INSERT INTO "${schema}".fg_fences_v1 (resource, highest) VALUES ('sql', 9223372036854775807)`)
+      expect(await s.fence('sql', 9223372036854775806n)).toEqual({ accepted: false, highest: 9223372036854775807n })
+      expect(await s.fence('sql', 9223372036854775807n)).toEqual({ accepted: true, highest: 9223372036854775807n })
+      const { rows } = await admin.query(`SELECT pg_typeof(highest)::text AS t FROM "${schema}".fg_fences_v1 WHERE resource = 'sql'`)
+      expect(rows[0].t).toBe('bigint')
+    } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_fences_v1`)
+    }
+  })
+
+  test('the reaper deletes expired records in batches and leaves live ones', async () => {
+    const s = await open()
+    try {
+      for (let i = 0; i < 25; i++) await s.claim(key(`old-${i}`), req(`c${i}`, { ttlMs: 1000 }), T0)
+      await s.claim(key('live'), req('cl', { ttlMs: 60_000 }), T0)
+      expect(await s.reap(T0 + 5000, 10, 2)).toBe(20) // two batches of ten, then it stops for this round
+      expect(await s.reap(T0 + 5000, 10, 2)).toBe(5)
+      expect(await s.claim(key('live'), req('c2'), T0 + 5000)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+      const { rows } = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".fg_records_v1`)
+      expect(rows[0].n).toBe(1)
+    } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_records_v1`)
+    }
+  })
+
+  test('migrate is idempotent, even run by several replicas at once, and keeps the epoch', async () => {
+    const m = `${schema}_m`
+    const results = await Promise.all([1, 2, 3].map(() => migratePostgres({ url: URL, schema: m })))
+    expect(new Set(results.map((r) => r.epoch)).size).toBe(1)
+    expect((await migratePostgres({ url: URL, schema: m })).epoch).toBe(results[0].epoch)
+    const s = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0 })
+    expect(s.epoch).toBe(results[0].epoch)
+    await s.close()
+  })
+
+  test('without migrate, a missing schema stops open() with a message saying what to run', async () => {
+    const err = await PostgresStore.open({ url: URL, schema: 'fg_never_created', reapIntervalMs: 0 }).then(() => undefined, (e: unknown) => e)
+    expect(err).toBeInstanceOf(StoreError)
+    expect((err as Error).message).toContain('fencegate migrate')
+  })
+
+  test('an unreachable server fails open() fast with StoreError', async () => {
+    const t = Date.now()
+    const err = await PostgresStore.open({ url: 'postgres://postgres@127.0.0.1:1/test', schema, reapIntervalMs: 0 }).then(() => undefined, (e: unknown) => e)
+    expect(err).toBeInstanceOf(StoreError)
+    expect(Date.now() - t).toBeLessThan(3000)
+  })
+
+  test('a connection the server ends fails the calls on it with StoreError, never the process; the pool recovers', async () => {
+    const app = `fg-test-${randomUUID().slice(0, 8)}`
+    const s = await open({ url: `${URL}?application_name=${app}` })
+    try {
+      await s.fence('kill', 1n)
+      // a long statement on one connection, then the server ends every connection of ours
+      const pending = s.claim(key('during'), req('c1'), T0).then((v) => v, (e: unknown) => e)
+      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [app])
+      const r = await pending
+      // the claim either ran before the kill, or failed as a StoreError: nothing else
+      if (r instanceof Error) expect(r).toBeInstanceOf(StoreError)
+      await new Promise((ok) => setTimeout(ok, 50))
+      expect(await s.fence('kill', 2n)).toEqual({ accepted: true, highest: 2n })
+      await s.finish(key('x'), 'c', { kind: 'completed', response: sampleResponse() }, 1000, T0)
+    } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`)
+    }
+  })
+})

@@ -1,0 +1,110 @@
+// The conformance suite against a real Redis (REDIS_URL, default redis://127.0.0.1:6379). Each
+// test gets its own key prefix; every key under it is deleted afterwards, so runs can overlap.
+import { randomUUID } from 'node:crypto'
+import { afterAll, describe, expect, test } from 'vitest'
+import { Redis } from 'ioredis'
+import { RedisStore } from '../../src/store/redis.js'
+import { StoreError } from '../../src/store/types.js'
+import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
+
+const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const run = `fgtest-${randomUUID().slice(0, 8)}`
+let n = 0
+let prefix = ''
+const admin = new Redis(URL, { lazyConnect: true })
+
+/** Deletes every key of the test run's prefixes. */
+async function dropPrefix(pattern: string): Promise<void> {
+  let cursor = '0'
+  do {
+    const [next, keys] = await admin.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = next
+    if (keys.length) await admin.del(...keys)
+  } while (cursor !== '0')
+}
+
+afterAll(async () => {
+  await dropPrefix(`{fg:${run}*`)
+  admin.disconnect()
+})
+
+describeStoreConformance(
+  'redis',
+  async () => {
+    prefix = `${run}-${n++}`
+    return RedisStore.open({ url: URL, keyPrefix: prefix })
+  },
+  {
+    makeSecond: async () => RedisStore.open({ url: URL, keyPrefix: prefix }),
+    cleanup: () => dropPrefix(`{fg:${prefix}:*`),
+  },
+)
+
+describe('RedisStore', () => {
+  test('keys are hash-tagged per resource and per record, the mark has no ttl, a record expires with its ttl', async () => {
+    const p = `${run}-layout`
+    const s = await RedisStore.open({ url: URL, keyPrefix: p })
+    try {
+      await s.fence('account:{42}', 7n)
+      await s.claim(key('k:1', 'payments'), req('c1', { ttlMs: 60_000 }), Date.now())
+      const keys = (await admin.keys(`{fg:${p}:*`)).sort()
+      // braces and colons inside values are escaped, so each key is exactly one hash tag
+      expect(keys).toEqual([
+        `{fg:${p}:epoch}`,
+        `{fg:${p}:f:account%3A%7B42%7D}`,
+        `{fg:${p}:r:payments:${'a'.repeat(64)}:k%3A1}`,
+      ])
+      expect(await admin.get(keys[1])).toBe('7')
+      expect(await admin.pttl(keys[1])).toBe(-1)
+      const ttl = await admin.pttl(keys[2])
+      expect(ttl).toBeGreaterThan(55_000)
+      expect(ttl).toBeLessThanOrEqual(60_000)
+      expect(s.epoch).toMatch(/^[0-9a-f-]{36}$/)
+    } finally {
+      await s.close()
+      await dropPrefix(`{fg:${p}:*`)
+    }
+  })
+
+  test('a mark written by another client as a 19-digit string is compared exactly', async () => {
+    const p = `${run}-digits`
+    const s = await RedisStore.open({ url: URL, keyPrefix: p })
+    try {
+      // 2^63-1 and 2^63-2 are the same double; the script must still tell them apart
+      await s.fence('r', 9223372036854775806n)
+      expect(await s.fence('r', 9223372036854775807n)).toEqual({ accepted: true, highest: 9223372036854775807n })
+      expect(await s.fence('r', 9223372036854775806n)).toEqual({ accepted: false, highest: 9223372036854775807n })
+      expect(await s.fence('r', 999999999999999999n)).toEqual({ accepted: false, highest: 9223372036854775807n })
+    } finally {
+      await s.close()
+      await dropPrefix(`{fg:${p}:*`)
+    }
+  })
+
+  test('an unreachable Redis fails open() fast with StoreError', async () => {
+    const t = Date.now()
+    const err = await RedisStore.open({ url: 'redis://127.0.0.1:1', keyPrefix: 'x' }).then(() => undefined, (e: unknown) => e)
+    expect(err).toBeInstanceOf(StoreError)
+    expect(Date.now() - t).toBeLessThan(3000)
+  })
+
+  test('a completed record replays across clients; a scope with braces and colons stays its own record', async () => {
+    const p = `${run}-scope`
+    const a = await RedisStore.open({ url: URL, keyPrefix: p })
+    const b = await RedisStore.open({ url: URL, keyPrefix: p })
+    try {
+      const k1 = key('k', 'r', 'x:y')
+      const k2 = key('y:k', 'r', 'x')
+      expect((await a.claim(k1, req('c1'), T0)).kind).toBe('claimed')
+      expect((await a.claim(k2, req('c2'), T0)).kind).toBe('claimed')
+      await a.finish(k1, 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
+      const r = await b.claim(k1, req('c3'), T0 + 2)
+      expect(r.kind).toBe('completed')
+      expect(await b.claim(k2, req('c4'), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+    } finally {
+      await a.close()
+      await b.close()
+      await dropPrefix(`{fg:${p}:*`)
+    }
+  })
+})
