@@ -8,6 +8,10 @@ import { HTTPException } from 'hono/http-exception'
 import type { Store } from './store/types.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { Problem } from './problems.js'
+import type { Config } from './config/schema.js'
+import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
+import { resolveKey, type ResolveRequest } from './audit/resolve.js'
+import { storeProblem } from './store/problem.js'
 
 export interface AdminOptions {
   token?: string
@@ -15,9 +19,11 @@ export interface AdminOptions {
   metrics: Metrics
   /** false once shutdown began: /readyz turns 503 so load balancers stop sending */
   accepting: () => boolean
+  /** the routes and store config behind `GET /audit` and `POST /resolve` */
+  config?: Config
 }
 
-export function createAdmin({ token, store, metrics, accepting }: AdminOptions): Hono {
+export function createAdmin({ token, store, metrics, accepting, config }: AdminOptions): Hono {
   const app = new Hono()
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
   app.get('/readyz', async (c) => {
@@ -34,6 +40,9 @@ export function createAdmin({ token, store, metrics, accepting }: AdminOptions):
   if (token) app.use('*', bearerAuth({ token }))
   // bearerAuth throws; answer as every gateway-made response does, keeping its WWW-Authenticate
   app.onError((err) => {
+    if (err instanceof Problem) return err.toResponse()
+    const unavailable = storeProblem(err)
+    if (unavailable instanceof Problem) return unavailable.toResponse()
     if (!(err instanceof HTTPException)) throw err
     const challenge = err.getResponse().headers.get('www-authenticate') ?? 'Bearer'
     return new Problem('unauthorized', 'Admin endpoints other than /healthz and /readyz need "Authorization: Bearer <admin.token>".', {}, { 'www-authenticate': challenge }).toResponse()
@@ -42,6 +51,31 @@ export function createAdmin({ token, store, metrics, accepting }: AdminOptions):
     const { body, contentType } = await metrics.expose(c.req.header('accept'))
     return c.body(body, 200, { 'content-type': contentType })
   })
-  app.notFound(() => new Problem('no-route', 'No admin endpoint here: /metrics, /healthz, /readyz.').toResponse())
+  if (config) {
+    // contract §8: the attempt log's counts per route with each route's claim
+    app.get('/audit', async (c) => {
+      const now = Date.now()
+      const sinceText = c.req.query('since') ?? DEFAULT_SINCE
+      const since = parseSince(sinceText, now)
+      if (since === undefined) throw new Problem('bad-request', `since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(sinceText)}.`)
+      const route = c.req.query('route')
+      if (route !== undefined && !config.routes.some((r) => r.name === route)) {
+        throw new Problem('bad-request', `No route named ${JSON.stringify(route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
+      }
+      return c.json(await buildReport(config, store.audit, since, now, route))
+    })
+    // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as}
+    app.post('/resolve', async (c) => {
+      let body: Partial<ResolveRequest>
+      try {
+        body = await c.req.json()
+      } catch {
+        throw new Problem('bad-request', 'The body must be JSON: {"route": "...", "key": "...", "scope": "..." (when the route has one), "as": "completed" | "failed"}.')
+      }
+      if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"route", "key", "scope" (when the route has one), "as": "completed" | "failed"}.')
+      return c.json(await resolveKey(config, store, body as ResolveRequest))
+    })
+  }
+  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /resolve' : ''}.`).toResponse())
   return app
 }

@@ -3,6 +3,8 @@
  * fencegate [start] [--config PATH] [--with-sample] [--workers N]   run the gateway (N processes on one port)
  * fencegate check-config [--config PATH]              validate a config: exit 0, or 2 with one line per problem
  * fencegate migrate [--config PATH]                   create or update the store's schema (postgres)
+ * fencegate audit [--config PATH] [--since 1h] [--route NAME] [--json]   the exactly-once report (contract §8)
+ * fencegate resolve [--config PATH] --route NAME --key KEY [--scope S] --as completed|failed   settle an unknown outcome
  *
  * The config comes from --config, else $FENCEGATE_CONFIG, else ./config/fencegate.yaml.
  * Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
@@ -19,10 +21,13 @@ import { startPrimary, startWorker, workersRefusal } from './cluster.js'
 import { migrateStore } from './store/index.js'
 import { createLogger } from './log.js'
 import { VERSION } from './version.js'
+import { auditCommand, resolveCommand } from './audit/cli.js'
 
 const USAGE = `usage: fencegate [start] [--config PATH] [--with-sample] [--workers N]
        fencegate check-config [--config PATH]
        fencegate migrate [--config PATH]
+       fencegate audit [--config PATH] [--since 1h] [--route NAME] [--json]
+       fencegate resolve [--config PATH] --route NAME --key KEY [--scope S] --as completed|failed
        fencegate --version`
 
 function fail(code: number, lines: string[]): never {
@@ -39,6 +44,12 @@ async function main(argv: string[]): Promise<void> {
       workers: { type: 'string', short: 'w' },
       version: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
+      since: { type: 'string' },
+      route: { type: 'string' },
+      json: { type: 'boolean' },
+      key: { type: 'string' },
+      scope: { type: 'string' },
+      as: { type: 'string' },
     } })
   } catch (e) {
     fail(2, [(e as Error).message, USAGE])
@@ -47,7 +58,7 @@ async function main(argv: string[]): Promise<void> {
   if (values.version) { process.stdout.write(`fencegate ${VERSION}\n`); return }
   if (values.help) { process.stdout.write(`${USAGE}\n`); return }
   const command = positionals[0] ?? 'start'
-  if (positionals.length > 1 || !['start', 'check-config', 'migrate'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
+  if (positionals.length > 1 || !['start', 'check-config', 'migrate', 'audit', 'resolve'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
   const file = values.config ?? process.env.FENCEGATE_CONFIG ?? (existsSync('config/fencegate.yaml') ? 'config/fencegate.yaml' : undefined)
   if (!file) fail(2, ['no config: pass --config PATH or set FENCEGATE_CONFIG', USAGE])
 
@@ -59,6 +70,12 @@ async function main(argv: string[]): Promise<void> {
     throw e
   }
   if (command === 'check-config') { process.stdout.write(`${file}: ok (${config.routes.length} route${config.routes.length === 1 ? '' : 's'})\n`); return }
+  if (command === 'audit' || command === 'resolve') {
+    const r = await (command === 'audit' ? auditCommand : resolveCommand)(config, values)
+    if (r.stdout) process.stdout.write(r.stdout)
+    if (r.code !== 0) fail(r.code, r.stderr ?? [])
+    return
+  }
   if (command === 'migrate') {
     try {
       process.stdout.write(`${file}: ${await migrateStore(config.store)}\n`)
@@ -77,7 +94,11 @@ async function main(argv: string[]): Promise<void> {
   if (values['with-sample'] && !cluster.isWorker) {
     const { startPayments } = await import('../examples/payments/server.js')
     const up = new URL(config.routes[0].upstream.url)
-    sample = await startPayments(Number(up.port || 80), up.hostname)
+    try {
+      sample = await startPayments(Number(up.port || 80), up.hostname)
+    } catch (e) {
+      fail(2, [`${file}: routes[0].upstream.url: cannot start the sample payments service on ${up.host} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`])
+    }
   }
   let running
   try {

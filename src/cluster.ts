@@ -23,6 +23,7 @@ import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
 import { listen, startGateway, type Running } from './server.js'
 import { VERSION } from './version.js'
+import { AuditQueue } from './audit/queue.js'
 
 const LISTENING = 'fencegate:listening'
 /** Metrics that describe a process rather than add up over workers: the primary reports them. */
@@ -54,7 +55,7 @@ export async function startWorker(config: Config, log: Logger): Promise<Running>
  */
 export async function startPrimary(config: Config, workers: number, log: Logger): Promise<Running> {
   const metrics = createMetrics(VERSION)
-  const raw = await openStore(config.store)
+  const raw = await openStore(config.store, config.audit)
   const store = guardStore(raw, metrics, config.store.timeout, log)
   let accepting = true
   let admin: Server | undefined
@@ -72,7 +73,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
         return { body: `${workersText.trimEnd()}\n${ownText}`, contentType: Registry.PROMETHEUS_CONTENT_TYPE }
       },
     }
-    admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics: clusterMetrics, accepting: () => accepting }).fetch }) as Server
+    admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config }).fetch }) as Server
     const adminUrl = await listen(admin, config.admin.listen)
 
     // a worker that dies is replaced (after a pause, so a crash loop does not spin)
@@ -97,7 +98,8 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
       await new Promise<void>((r) => admin!.close(() => r()))
       await raw.close().catch(() => {})
     })())
-    return { url: urls[0], adminUrl, metrics, close }
+    // the workers log the attempts; the primary's queue is there for the Running interface
+    return { url: urls[0], adminUrl, metrics, audit: new AuditQueue(store.audit), close }
   } catch (e) {
     accepting = false
     for (const w of alive) w.process.kill('SIGKILL')

@@ -29,6 +29,24 @@ export interface Exchange {
   onFailure(failure: { sent: false } | { sent: true; reason: UnknownReason }): Promise<void>
 }
 
+/** What fencing accepted for a request (`c.var.fence`). */
+export interface Fence {
+  resource: string
+  token: bigint
+  highest: bigint
+  /** the resource's in-flight entry in this process; `forward()` tells it when the request is sent */
+  flights?: FenceFlights
+  /** set by `flights.markSent` when `forward()` sends the request upstream */
+  sent?: boolean
+  /** set by fencing when the request ended after a newer token of its resource was sent upstream */
+  overtaken?: boolean
+}
+
+/** The part of the fencing in-flight tracker `forward()` uses (src/fencing/inflight.ts). */
+export interface FenceFlights {
+  markSent(fence: Fence): void
+}
+
 export type GatewayEnv = {
   Bindings: HttpBindings
   Variables: {
@@ -38,12 +56,22 @@ export type GatewayEnv = {
     body: Buffer
     exchange: Exchange
     /** filled by fencing: for logs and traces */
-    fence: { resource: string; token: bigint; highest: bigint }
+    fence: Fence
     /** the status to count when none was sent: 499 for a client that left (nginx's convention) */
     code: number
     /** filled by idempotency */
     idempotencyResult: string
     /** filled by idempotency: the record's key (traces carry only its hash, never the key) */
     idempotencyRecord: RecordKey
+    /** filled by idempotency: the request's fingerprint, for the attempt log */
+    fingerprint: string
+    /** filled by idempotency: this attempt found an earlier one abandoned past its lease (reason crash) */
+    abandoned: boolean
+    /** filled by idempotency: the key is forwarded again after an unknown outcome (unknownOutcome: retry) */
+    duplicateForward: boolean
+    /** filled by forward: why this request's outcome is unknown, when it is */
+    unknownReason: UnknownReason
+    /** filled by forward: the status the upstream answered */
+    upstreamStatus: number
   }
 }

@@ -14,9 +14,11 @@ import type { Store } from './store/types.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { serverSpan } from './telemetry/tracing.js'
 import type { Logger } from './log.js'
-import { fencing } from './fencing/index.js'
+import { fencing, InFlight } from './fencing/index.js'
 import { idempotency } from './idempotency/index.js'
 import { forward, createUpstream } from './forward/index.js'
+import type { AuditQueue } from './audit/queue.js'
+import { activeTraceId, attemptEntry } from './audit/entry.js'
 
 // A dot segment, raw or percent-encoded: resolving it after routing could reach another route's
 // path, and resolving it before would forward a path the client did not send. Refused instead.
@@ -37,12 +39,14 @@ function routeEntry(route: CompiledRoute): MiddlewareHandler<GatewayEnv> {
 
 /**
  * Measures every request and records its outcome (contract §6); with tracing on, names the
- * request's SERVER span and gives it the `fencegate.*` attributes from `c.var` (contract §7).
+ * request's SERVER span and gives it the `fencegate.*` attributes from `c.var` (contract §7);
+ * queues the request's attempt log entry (contract §8): the one place every decision is written.
  */
-function observe(metrics: Metrics): MiddlewareHandler<GatewayEnv> {
+function observe(metrics: Metrics, audit?: AuditQueue): MiddlewareHandler<GatewayEnv> {
   return async function observe(c, next) {
     const started = performance.now()
     const annotate = serverSpan(c)
+    const traceId = annotate && activeTraceId()
     const path = c.env.incoming.url ?? '/'
     const q = path.indexOf('?')
     if (DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) {
@@ -57,21 +61,25 @@ function observe(metrics: Metrics): MiddlewareHandler<GatewayEnv> {
     const code = c.get('code') ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
     metrics.requests.inc({ route, method: c.env.incoming.method ?? 'GET', code: String(code), outcome })
     annotate?.(outcome)
-    metrics.requestDuration.observe({ route, outcome }, (performance.now() - started) / 1000)
+    const ms = performance.now() - started
+    metrics.requestDuration.observe({ route, outcome }, ms / 1000)
+    audit?.push(attemptEntry(c, outcome, code, ms, traceId))
   }
 }
 
-export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger): Gateway {
+export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue): Gateway {
   const app = new Hono<GatewayEnv>()
   const pools: Pool[] = []
-  app.use('*', observe(metrics))
+  const inFlight = new InFlight() // per process: fencing's requests in flight, by resource
+  metrics.trackInFlight(inFlight)
+  app.use('*', observe(metrics, audit))
   for (const rc of config.routes) {
     const route = compileRoute(rc)
     const pool = createUpstream(route)
     pools.push(pool)
     const chain = [
       routeEntry(route),
-      fencing(route, store, metrics),
+      fencing(route, store, metrics, log, inFlight),
       idempotency(route, store, metrics, log),
       forward(route, pool, metrics),
     ] as const

@@ -8,7 +8,7 @@
 export type Outcome =
   | 'forwarded' | 'replayed' | 'stale' | 'token_missing' | 'token_malformed' | 'key_missing'
   | 'key_malformed' | 'key_reused' | 'in_flight' | 'outcome_unknown' | 'upstream_error'
-  | 'store_error' | 'no_route' | 'bad_request'
+  | 'store_error' | 'no_route' | 'bad_request' | 'serialize_timeout'
 
 interface ProblemKind { status: number; title: string; outcome: Outcome }
 
@@ -30,7 +30,12 @@ export const PROBLEMS = {
   'upstream-unavailable': { status: 502, title: 'Upstream unavailable', outcome: 'upstream_error' },
   'upstream-timeout': { status: 504, title: 'Upstream timeout', outcome: 'outcome_unknown' },
   'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
+  'serialize-timeout': { status: 503, title: 'Older writes to this resource still in flight', outcome: 'serialize_timeout' },
   'unauthorized': { status: 401, title: 'Admin token required', outcome: 'bad_request' },
+  // admin API (audit, resolve): not request outcomes, never counted in fencegate_requests_total
+  'bad-request': { status: 400, title: 'Bad admin request', outcome: 'bad_request' },
+  'record-not-found': { status: 404, title: 'No idempotency record under this key', outcome: 'bad_request' },
+  'not-resolvable': { status: 409, title: 'The record\'s outcome is not unknown', outcome: 'bad_request' },
   'shutting-down': { status: 503, title: 'Gateway shutting down', outcome: 'upstream_error' },
 } as const satisfies Record<string, ProblemKind>
 

@@ -15,12 +15,15 @@ import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
 import { VERSION } from './version.js'
 import { untraced } from './telemetry/tracing.js'
+import { AuditQueue } from './audit/queue.js'
 
 export interface Running {
   /** `http://host:port` of the proxy listener */
   url: string
   adminUrl: string
   metrics: Metrics
+  /** the attempt log writer; `flush()` waits until what was queued is written */
+  audit: AuditQueue
   /** graceful stop; resolves once everything is closed */
   close(): Promise<void>
 }
@@ -53,7 +56,7 @@ export interface StartOptions {
  */
 export async function startGateway(config: Config, log: Logger = createLogger(), options: StartOptions = {}): Promise<Running> {
   const metrics = createMetrics(VERSION)
-  const raw = await openStore(config.store)
+  const raw = await openStore(config.store, config.audit)
   const store = guardStore(raw, metrics, config.store.timeout, log)
   try {
     await store.ping()
@@ -62,9 +65,10 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     throw e
   }
   let accepting = true
-  const { app, pools } = createGateway(config, store, metrics, log)
+  const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
+  const { app, pools } = createGateway(config, store, metrics, log, audit)
   const server = createAdaptorServer({ fetch: app.fetch, autoCleanupIncoming: false }) as Server
-  const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting }).fetch }) as Server
+  const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config }).fetch }) as Server
   untraced(admin) // probes and scrapes are not traffic: no spans
   let url: string, adminUrl = ''
   try {
@@ -86,9 +90,10 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
       server.closeAllConnections()
     }
     await closeUpstreams(pools).catch(() => {})
+    await audit.flush().catch(() => {})
     await raw.close().catch(() => {})
     admin.closeAllConnections()
     await new Promise<void>((r) => admin.close(() => r()))
   })())
-  return { url, adminUrl, metrics, close }
+  return { url, adminUrl, metrics, audit, close }
 }

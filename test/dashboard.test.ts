@@ -1,4 +1,4 @@
-// Issue 3 §3: the Grafana dashboard and its provisioning files, linted (the queries themselves
+// The Grafana dashboard and its provisioning files, linted (the queries themselves
 // run against a real Prometheus in prometheus.test.ts).
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
@@ -53,11 +53,11 @@ describe('dashboards/fencegate.json', () => {
     expect(problems).toEqual([])
   })
 
-  test('exactly-once risk: unknown outcomes and duplicate forwards as stat panels, red above 0', () => {
+  test('exactly-once risk: unknown outcomes, duplicate forwards and overtaken writes as stat panels, red above 0', () => {
     const row = dash.panels.indexOf(rows.find((r) => r.title === 'Exactly-once risk'))
     const next = dash.panels.indexOf(rows.find((r) => r.title === 'Latency'))
     const inRow = dash.panels.slice(row + 1, next)
-    for (const [title, metric] of [['Unknown outcomes', 'fencegate_unknown_outcomes_total'], ['Duplicate forwards', 'fencegate_duplicate_forwards_total']]) {
+    for (const [title, metric] of [['Unknown outcomes', 'fencegate_unknown_outcomes_total'], ['Duplicate forwards', 'fencegate_duplicate_forwards_total'], ['Overtaken writes', 'fencegate_fencing_overtaken_total']]) {
       const p = inRow.find((x: any) => x.title === title)
       expect(p, title).toBeDefined()
       expect(p.type).toBe('stat')

@@ -1,4 +1,4 @@
-// Issue 3 §5: the dashboards and alert rules checked against a real Prometheus scraping a real
+// The dashboards and alert rules checked against a real Prometheus scraping a real
 // gateway (tracing on, so the duration histograms carry exemplars), with traffic producing every
 // outcome of contract §6; promtool on the rules and on the live exposition.
 import { readFileSync } from 'node:fs'
@@ -107,6 +107,11 @@ async function traffic(n: number): Promise<void> {
   await expectStatus(pay('/slow?ms=400', `slow${n}`), 409) // in_flight
   await expectStatus(first, 200)
   await expectStatus(pay('/hang', `hang${n}`), 504) // outcome_unknown (timeout)
+  // the check-to-apply window: token 1 slow, token 2 sent meanwhile; 1 ends last (overtaken)
+  const older = post(`${gw.url}/pay/race-${n}/slow?ms=300`, {}, { 'fencing-token': '1', 'idempotency-key': `race1-${n}` })
+  await sleep(100)
+  await expectStatus(post(`${gw.url}/pay/race-${n}/charges`, {}, { 'fencing-token': '2', 'idempotency-key': `race2-${n}` }), 201)
+  await expectStatus(older, 200)
   await expectStatus(pay('/status/503', `busy${n}`), 503) // released
   await expectStatus(pay('/large?bytes=5000', `large${n}`), 200) // not_stored
   await expectStatus(send(`${gw.url}/down/x`), 502) // upstream_error
@@ -165,8 +170,8 @@ describe('against a real Prometheus', () => {
     expect(r.data).toEqual(expect.arrayContaining(['pay', 'retry', 'down', 'flaky']))
   })
 
-  test('the stat panels of the exactly-once risk row show unknown outcomes and duplicate forwards above 0', async () => {
-    for (const title of ['Unknown outcomes', 'Duplicate forwards']) {
+  test('the stat panels of the exactly-once risk row show unknown outcomes, duplicate forwards and overtaken writes above 0', async () => {
+    for (const title of ['Unknown outcomes', 'Duplicate forwards', 'Overtaken writes']) {
       const p = panels().find((x) => x.title === title)
       const r = await rangeQuery(grafana(p.targets[0].expr))
       const max = Math.max(...r.data.result.flatMap((s: any) => s.values.map((v: [number, string]) => Number(v[1]))))
@@ -177,7 +182,7 @@ describe('against a real Prometheus', () => {
   test('every alert expression runs without error and, with this traffic, returns data', async () => {
     const rules = parse(readFileSync(RULES, 'utf8')).groups.flatMap((g: any) => g.rules)
     expect(rules.map((r: any) => r.alert).sort()).toEqual(['FencegateDown', 'FencegateDuplicateForwards', 'FencegateStaleWriters',
-      'FencegateStoreErrors', 'FencegateUnknownOutcomesRising', 'FencegateUpstream5xxRatio'])
+      'FencegateStoreErrors', 'FencegateUnknownOutcomesRising', 'FencegateUpstream5xxRatio', 'FencegateWritesOvertaken'])
     const failures: string[] = []
     for (const rule of rules) {
       const r = await prom.api('/api/v1/query', { query: rule.expr })
@@ -187,12 +192,12 @@ describe('against a real Prometheus', () => {
     expect(failures).toEqual([])
   })
 
-  test('Prometheus evaluates the rules without error; stale writers and duplicate forwards fire at once', async () => {
+  test('Prometheus evaluates the rules without error; stale writers, duplicate forwards and overtaken writes fire at once', async () => {
     await until(async () => {
       const r = await prom.api('/api/v1/rules')
       const rules = r.data.groups.flatMap((g: any) => g.rules)
       const state = Object.fromEntries(rules.map((x: any) => [x.name, x.state]))
-      return rules.length === 6 && state.FencegateStaleWriters === 'firing' && state.FencegateDuplicateForwards === 'firing'
+      return rules.length === 7 && state.FencegateStaleWriters === 'firing' && state.FencegateDuplicateForwards === 'firing' && state.FencegateWritesOvertaken === 'firing'
     }, 'the alerts to fire')
     const rules = (await prom.api('/api/v1/rules')).data.groups.flatMap((g: any) => g.rules)
     for (const r of rules) expect(r.health, `${r.name}: ${r.lastError}`).toBe('ok')

@@ -39,7 +39,12 @@ export async function startPayments(port = 9090, host = '127.0.0.1'): Promise<{ 
   const server = http.createServer(async (req, res) => {
     const m = CHARGES.exec(req.url ?? '')
     if (!m) return problem(res, 404, 'try /accounts/{account}/charges')
-    const account = decodeURIComponent(m[1])
+    let account: string
+    try {
+      account = decodeURIComponent(m[1])
+    } catch {
+      return problem(res, 400, 'the account in the path is not valid percent-encoding')
+    }
     if (req.method === 'GET') return send(res, 200, { charges: ledger.get(account) ?? [] })
     if (req.method !== 'POST') return problem(res, 405, 'GET or POST')
     const chunks: Buffer[] = []

@@ -5,15 +5,35 @@
 import { z } from 'zod'
 import { parseDuration, parseSize } from './units.js'
 
-const duration = (fallback: string) =>
-  z.string().default(fallback).transform((s, ctx) => {
-    const ms = parseDuration(s)
+// Timers in Node hold at most 2^31−1 ms; a wait longer than an hour is a mistake anyway.
+const HOUR = 3_600_000
+
+/** A duration in ms, at least 1 ms and at most `max` ms. */
+const duration = (fallback: string, max = Number.MAX_SAFE_INTEGER) =>
+  z.union([z.string(), z.number()]).default(fallback).transform((s, ctx) => {
+    const ms = typeof s === 'string' ? parseDuration(s) : undefined
     if (ms === undefined) {
-      ctx.addIssue({ code: 'custom', message: `"${s}" is not a duration (write e.g. 500ms, 10s, 5m, 24h, 7d)` })
+      ctx.addIssue({ code: 'custom', message: `${JSON.stringify(s)} is not a duration (write it with its unit, e.g. 500ms, 10s, 5m, 24h, 7d)` })
+      return z.NEVER
+    }
+    if (ms < 1 || ms > max) {
+      ctx.addIssue({ code: 'custom', message: `${s} is out of range (1ms to ${max / HOUR >= 1 ? `${max / HOUR}h` : `${max}ms`})` })
       return z.NEVER
     }
     return ms
   })
+
+/** A duration in ms, or undefined when the key is absent (the code picks the default). */
+const optionalDuration = (max?: number) => {
+  const d = duration('1ms', max)
+  return z.union([z.string(), z.number()]).optional().transform((s, ctx) => {
+    if (s === undefined) return undefined
+    const r = d.safeParse(s)
+    if (r.success) return r.data
+    for (const issue of r.error.issues) ctx.addIssue({ code: 'custom', message: issue.message })
+    return z.NEVER
+  })
+}
 
 const size = (fallback: string) =>
   z.union([z.string(), z.number()]).default(fallback).transform((s, ctx) => {
@@ -38,6 +58,10 @@ const fencing = z.strictObject({
   resource: z.string().min(1, 'must not be empty'),
   tokenHeader: headerName.default('Fencing-Token'),
   required: z.boolean().default(true),
+  /** hold a newer token until this process's older requests for the resource have ended */
+  serialize: z.boolean().default(false),
+  /** how long a held request waits before 503 serialize-timeout; default: upstream.timeout */
+  serializeWait: optionalDuration(HOUR),
 })
 
 const idempotency = z.strictObject({
@@ -60,8 +84,8 @@ const route = z.strictObject({
   }),
   upstream: z.strictObject({
     url: z.url({ protocol: /^https?$/, message: 'must be an http:// or https:// URL' }),
-    timeout: duration('10s'),
-    connectTimeout: duration('5s'),
+    timeout: duration('10s', HOUR),
+    connectTimeout: duration('5s', HOUR),
     connections: z.number().int().min(1).max(4096).default(128),
   }),
   /** a request body larger than this is answered 413 before anything is forwarded */
@@ -80,7 +104,7 @@ export const configSchema = z.strictObject({
     kind: z.enum(['memory', 'sqlite', 'redis', 'postgres']).default('sqlite'),
     path: z.string().default('./data/fencegate.db'),
     url: z.string().optional(),
-    timeout: duration('1s'),
+    timeout: duration('1s', HOUR),
     onStateLoss: z.enum(['fail-closed', 'accept']).default('fail-closed'),
     synchronous: z.enum(['normal', 'full']).default('normal'),
     maxResources: z.number().int().min(1).default(1_000_000),
@@ -94,11 +118,20 @@ export const configSchema = z.strictObject({
     /** postgres: most connections per gateway process */
     pool: z.number().int().min(1).max(1000).default(10),
     /** postgres: the server cancels a statement running longer than this */
-    statementTimeout: duration('5s'),
+    statementTimeout: duration('5s', HOUR),
+  }).prefault({}),
+  /** the attempt log (contract §8) */
+  audit: z.strictObject({
+    /** entries older than this are deleted (redis: trimmed from the stream) */
+    retention: duration('7d'),
+    /** also write every entry as one JSON line to stdout */
+    stdout: z.boolean().default(false),
+    /** most entries waiting to be written; past it new entries are dropped and counted */
+    queueSize: z.number().int().min(1).max(10_000_000).default(10_000),
   }).prefault({}),
   shutdown: z.strictObject({
     /** how long in-flight requests may run on after SIGTERM */
-    grace: duration('10s'),
+    grace: duration('10s', HOUR),
   }).prefault({}),
   routes: z.array(route).min(1, 'needs at least one route'),
 })

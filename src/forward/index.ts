@@ -70,6 +70,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
   const host = upstream.host
   const maxBody = route.config.maxRequestBytes
   const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
+  const fenced = route.fencing !== undefined
 
   return async function forward(c) {
     const { incoming, outgoing } = c.env
@@ -83,6 +84,10 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     const abort = new Cancel()
     const onClose = () => { if (!outgoing.writableFinished) abort.abort() }
     outgoing.once('close', onClose)
+    if (fenced) {
+      const fence = c.get('fence')
+      fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
+    }
     const started = performance.now()
     let res: Dispatcher.ResponseData
     try {
@@ -106,6 +111,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       }
       const reason: UnknownReason = abort.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
       unknown(reason)
+      c.set('unknownReason', reason)
       await exchange?.onFailure({ sent: true, reason })
       if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); c.set('code', 499); return RESPONSE_ALREADY_SENT }
       if (reason === 'timeout') {
@@ -116,6 +122,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       throw p
     }
     metrics.upstreamDuration.observe({ route: route.name, code: String(res.statusCode) }, (performance.now() - started) / 1000)
+    c.set('upstreamStatus', res.statusCode)
     c.set('outcome', 'forwarded')
     const headers = responseHeaders(res.headers)
     try {
@@ -127,7 +134,9 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     } catch {
       // the upstream reset mid-body or the client left: never end a truncated body cleanly
       if (!outgoing.writableFinished) {
-        unknown(abort.aborted ? 'client_abort' : 'reset')
+        const reason = abort.aborted ? 'client_abort' : 'reset'
+        unknown(reason)
+        c.set('unknownReason', reason)
         c.set('outcome', 'outcome_unknown')
         if (abort.aborted) c.set('code', 499)
       }

@@ -93,6 +93,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     const scope = i.scopeIsRoute ? '' : sha256hex(i.scope(requestTemplateSource(c)) ?? '')
     const recordKey: RecordKey = { route: route.name, scope, key }
     c.set('idempotencyRecord', recordKey)
+    c.set('fingerprint', fp)
     const claimId = randomUUID()
     const deadline = Date.now() + waitMs
     for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {
@@ -104,12 +105,14 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
       }
       if ('abandoned' in result && result.abandoned) {
         metrics.unknownOutcomes.inc({ route: route.name, reason: 'crash' })
+        c.set('abandoned', true)
         log.warn('found an in-flight record past its lease: its holder crashed or hung, the outcome is unknown', { route: route.name })
       }
       switch (result.kind) {
         case 'claimed':
           if (result.after) {
             metrics.duplicateForwards.inc(label)
+            c.set('duplicateForward', true)
             log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: route.name, after: result.after })
           }
           c.set('exchange', exchange(recordKey, claimId, (r) => { count(r); c.set('idempotencyResult', r) }))
@@ -121,6 +124,8 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
           c.set('outcome', 'replayed')
           return replay(c.env.outgoing, result.response)
         case 'not_stored':
+          // status 0: an operator declared the unknown outcome completed (`fencegate resolve --as completed`)
+          if (result.status === 0) throw new Problem('response-not-stored', 'An operator recorded that the first request with this key took effect (fencegate resolve --as completed) after its outcome was unknown; there is no response to replay, and it is not applied again.', { resolvedBy: 'operator' })
           throw new Problem('response-not-stored', `The first request with this key completed with status ${result.status}, but its response was larger than this route stores (idempotency.maxResponseBytes); it was not applied again.`, { originalStatus: result.status })
         case 'mismatch':
           count('key_reused')

@@ -18,16 +18,18 @@ export { StoreError, type Store } from './types.js'
  * Opens the store the config names.
  * @throws StoreError when it cannot be opened (the message says why)
  */
-export async function openStore(config: Config['store']): Promise<Store> {
+export async function openStore(config: Config['store'], audit: { retention?: number } = {}): Promise<Store> {
+  const auditRetentionMs = audit.retention
   switch (config.kind) {
     case 'memory':
-      return new MemoryStore({ maxResources: config.maxResources, maxRecords: config.maxRecords })
+      return new MemoryStore({ maxResources: config.maxResources, maxRecords: config.maxRecords, auditRetentionMs })
     case 'sqlite':
-      return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous })
+      return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs })
     case 'redis':
-      return RedisStore.open({ url: config.url!, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000) })
+      return RedisStore.open({ url: config.url!, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs })
     case 'postgres':
       return PostgresStore.open({
+        auditRetentionMs,
         url: config.url!,
         schema: config.schema,
         migrate: config.migrate,
@@ -94,6 +96,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     claim: (key, req, now) => call('claim', () => inner.claim(key, req, now)),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
+    resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
+    // off the request path: the audit queue bounds, counts and logs its own failures
+    audit: inner.audit,
     ping: () => call('ping', () => inner.ping()),
     close: () => inner.close(),
   }

@@ -7,14 +7,19 @@
  * would let the key be forwarded again), so past `maxRecords` of them new claims are refused.
  */
 import { LRUCache } from 'lru-cache'
-import { decideClaim, decideFinish, mayRelease, type IdemRecord } from './records.js'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store } from './types.js'
+import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { MemoryAuditLog } from '../audit/memory.js'
 
 export interface MemoryStoreOptions {
   /** most resources with a high-water mark; default 1,000,000 */
   maxResources?: number
   /** most idempotency records kept; the least recently used completed ones go first; default 100,000 */
   maxRecords?: number
+  /** attempt log entries older than this are not reported, ms; default 7 days */
+  auditRetentionMs?: number
+  /** most attempt log entries kept; default 100,000 */
+  auditCapacity?: number
 }
 
 export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.key}`
@@ -29,6 +34,7 @@ export class MemoryStore implements Store {
   readonly #held = new Map<string, IdemRecord>()
   readonly #maxRecords: number
   readonly #maxResources: number
+  readonly audit: MemoryAuditLog
   #closed = false
 
   constructor(options: MemoryStoreOptions = {}) {
@@ -38,6 +44,7 @@ export class MemoryStore implements Store {
     this.#maxResources = maxResources
     this.#records = new LRUCache({ max: maxRecords })
     this.#maxRecords = maxRecords
+    this.audit = new MemoryAuditLog({ capacity: options.auditCapacity, retentionMs: options.auditRetentionMs })
   }
 
   #get(id: string): IdemRecord | undefined {
@@ -102,6 +109,15 @@ export class MemoryStore implements Store {
     this.#open('release')
     const id = recordId(key)
     if (mayRelease(this.#get(id), claimId)) this.#held.delete(id)
+  }
+
+  async resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
+    this.#open('resolve')
+    const id = recordId(key)
+    const { result, write } = decideResolve(this.#get(id), as, ttlMs, now)
+    if (write === null) this.#held.delete(id)
+    else if (write) this.#put(id, write, now)
+    return result
   }
 
   async ping(): Promise<void> {

@@ -21,7 +21,9 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store, type UnknownReason } from './types.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
+import type { AuditEntry, AuditLog } from '../audit/types.js'
 
 export interface PostgresStoreOptions {
   /** postgres:// or postgresql:// URL; `?application_name=` names the connections (default "fencegate") */
@@ -36,6 +38,8 @@ export interface PostgresStoreOptions {
   connectTimeoutMs?: number
   /** how often expired records are deleted, ms; default 60000 (0 turns the reaper off) */
   reapIntervalMs?: number
+  /** attempt log entries older than this are deleted by the reaper, ms; default 7 days */
+  auditRetentionMs?: number
 }
 
 const IDENT = /^[a-z_][a-z0-9_]{0,62}$/
@@ -54,6 +58,44 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_records_v1 (
   PRIMARY KEY (route, scope, key)
 );
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON ${s}.fg_records_v1 (expires_at);
+
+CREATE TABLE IF NOT EXISTS ${s}.fg_audit_v1 (
+  time bigint NOT NULL, kind text NOT NULL, replica text NOT NULL, route text NOT NULL, method text,
+  resource text, token text, key_hash text, fingerprint text, outcome text, result text, unknown text,
+  abandoned smallint NOT NULL DEFAULT 0, duplicate smallint NOT NULL DEFAULT 0, overtaken smallint NOT NULL DEFAULT 0,
+  status integer, upstream_status integer, duration_ms double precision, trace_id text, resolution text
+);
+CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON ${s}.fg_audit_v1 (time);
+CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON ${s}.fg_audit_v1 (route, key_hash, time);
+
+-- an operator settles an unknown outcome (or an in-flight record past its lease):
+-- failed deletes the record, completed keeps it as not_stored with status 0
+CREATE OR REPLACE FUNCTION ${s}.fg_resolve_v1(
+  p_route text, p_scope text, p_key text, p_as text, p_now bigint, p_exp bigint,
+  OUT o_kind text, OUT o_reason text, OUT o_state text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  r ${s}.fg_records_v1%ROWTYPE;
+BEGIN
+  SELECT * INTO r FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key FOR UPDATE;
+  IF NOT FOUND OR r.expires_at <= p_now THEN o_kind := 'not_found'; RETURN; END IF;
+  IF r.state = 'unknown' THEN
+    o_reason := coalesce(r.reason, 'crash');
+  ELSIF r.state = 'in_flight' AND r.lease_until <= p_now THEN
+    o_reason := 'crash';
+  ELSE
+    o_kind := 'refused'; o_state := r.state; RETURN;
+  END IF;
+  o_kind := 'resolved';
+  IF p_as = 'failed' THEN
+    DELETE FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+  ELSE
+    UPDATE ${s}.fg_records_v1 t SET state = 'not_stored', status = 0, lease_until = 0, expires_at = p_exp,
+      headers = NULL, body = NULL, reason = NULL
+      WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+  END IF;
+END
+$fn$;
 
 CREATE OR REPLACE FUNCTION ${s}.fg_fence_v1(p_resource text, p_token bigint, OUT o_accepted boolean, OUT o_highest text)
 LANGUAGE plpgsql AS $fn$
@@ -199,20 +241,28 @@ export class PostgresStore implements Store {
   readonly #pool: pg.Pool
   readonly #s: string
   readonly #reaper?: NodeJS.Timeout
+  readonly #auditRetentionMs: number
   #closed = false
+  /** the attempt log: the fg_audit_v1 table */
+  readonly audit: AuditLog
   /** the value written when the schema was first created */
   epoch = ''
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
   constructor(options: PostgresStoreOptions) {
-    const { url, schema = 'public', pool = 10, statementTimeoutMs = 5000, connectTimeoutMs = 1000, reapIntervalMs = 60_000 } = options
+    const { url, schema = 'public', pool = 10, statementTimeoutMs = 5000, connectTimeoutMs = 1000, reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000 } = options
+    this.#auditRetentionMs = auditRetentionMs
     if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) throw new TypeError('options.url must be a postgres:// or postgresql:// URL')
     if (!Number.isInteger(pool) || pool < 1) throw new TypeError('options.pool must be a positive integer')
     if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw new TypeError('options.statementTimeoutMs must be a positive integer')
     this.#s = quoted(schema)
     this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
+    this.audit = { append: (batch) => this.#auditAppend(batch), query: (since, until, route) => this.#auditQuery(since, until, route) }
     if (reapIntervalMs > 0) {
-      this.#reaper = setInterval(() => { this.reap(Date.now()).catch(() => { /* next round */ }) }, reapIntervalMs)
+      this.#reaper = setInterval(() => {
+        this.reap(Date.now()).catch(() => { /* next round */ })
+        this.reapAudit(Date.now()).catch(() => { /* next round */ })
+      }, reapIntervalMs)
       this.#reaper.unref()
     }
   }
@@ -322,6 +372,55 @@ export class PostgresStore implements Store {
         values: [key.route, key.scope, key.key, claimId],
       })
     })
+  }
+
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
+    return this.#run('resolve', async () => {
+      const { rows } = await this.#pool.query<{ o_kind: string; o_reason: string | null; o_state: string | null }>({
+        name: 'fg_resolve',
+        text: `SELECT * FROM ${this.#s}.fg_resolve_v1($1, $2, $3, $4, $5, $6)`,
+        values: [key.route, key.scope, key.key, as, now, now + ttlMs],
+      })
+      const r = rows[0]
+      switch (r.o_kind) {
+        case 'resolved': return { kind: 'resolved', reason: asReason(r.o_reason) }
+        case 'not_found': return { kind: 'not_found' }
+        case 'refused': return { kind: 'refused', state: r.o_state as 'in_flight' | 'completed' | 'not_stored' }
+        default: throw new Error(`resolve function answered ${r.o_kind}`)
+      }
+    })
+  }
+
+  /** One multi-row INSERT per batch. */
+  #auditAppend(batch: readonly AuditEntry[]): Promise<void> {
+    return this.#run('audit_append', async () => {
+      if (!batch.length) return
+      const width = AUDIT_COLUMNS.length
+      const values = batch.flatMap(auditRow)
+      const tuples = batch.map((_, i) => `(${AUDIT_COLUMNS.map((__, j) => `$${i * width + j + 1}`).join(', ')})`)
+      await this.#pool.query(`INSERT INTO ${this.#s}.fg_audit_v1 (${AUDIT_COLUMNS.join(', ')}) VALUES ${tuples.join(', ')}`, values)
+    })
+  }
+
+  #auditQuery(since: number, until: number, route?: string) {
+    return this.#run('audit_query', async () => {
+      const { rows } = await this.#pool.query({
+        name: 'fg_audit_query',
+        text: auditQuerySql(`${this.#s}.fg_audit_v1`, (n) => n === 3 ? '$3::text' : `$${n}::bigint`),
+        values: [since, until, route ?? null],
+      })
+      return countsFromRows(rows)
+    })
+  }
+
+  /** Deletes attempt log entries older than the retention; returns how many. */
+  async reapAudit(now: number): Promise<number> {
+    const { rowCount } = await this.#pool.query({
+      name: 'fg_audit_reap',
+      text: `DELETE FROM ${this.#s}.fg_audit_v1 WHERE time < $1`,
+      values: [now - this.#auditRetentionMs],
+    })
+    return rowCount ?? 0
   }
 
   /**

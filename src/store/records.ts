@@ -6,8 +6,9 @@
  *   (none | expired) --claim--> in_flight --finish--> completed | not_stored | unknown
  *   in_flight --release--> (none)          in_flight past lease --claim--> unknown(crash) or taken over
  *   unknown --claim with retryUnknown--> in_flight (a possible duplicate effect)
+ *   unknown | in_flight past lease --resolve failed--> (none)   --resolve completed--> not_stored (status 0)
  */
-import type { ClaimRequest, ClaimResult, Completion, StoredResponse, UnknownReason } from './types.js'
+import type { ClaimRequest, ClaimResult, Completion, Resolution, ResolveResult, StoredResponse, UnknownReason } from './types.js'
 
 export type RecordState = 'in_flight' | 'completed' | 'not_stored' | 'unknown'
 
@@ -74,3 +75,21 @@ export function decideFinish(found: IdemRecord | undefined, claimId: string, don
 /** True when `release` by `claimId` may delete the record. */
 export const mayRelease = (found: IdemRecord | undefined, claimId: string): boolean =>
   !!found && found.claimId === claimId && found.state === 'in_flight'
+
+/**
+ * An operator's resolution: `write` is the record to store, `null` to delete it, undefined to
+ * leave it. A `completed` resolution is a not_stored record with status 0: the effect is taken
+ * as done, and there is no response to replay.
+ */
+export function decideResolve(found: IdemRecord | undefined, as: Resolution, ttlMs: number, now: number): { result: ResolveResult; write?: IdemRecord | null } {
+  if (!found || found.expiresAt <= now) return { result: { kind: 'not_found' } }
+  let reason: UnknownReason
+  if (found.state === 'unknown') reason = found.reason ?? 'crash'
+  else if (found.state === 'in_flight' && found.leaseUntil <= now) reason = 'crash'
+  else return { result: { kind: 'refused', state: found.state as 'in_flight' | 'completed' | 'not_stored' } }
+  if (as === 'failed') return { result: { kind: 'resolved', reason }, write: null }
+  return {
+    result: { kind: 'resolved', reason },
+    write: { state: 'not_stored', fingerprint: found.fingerprint, claimId: found.claimId, leaseUntil: 0, expiresAt: now + ttlMs, status: 0 },
+  }
+}

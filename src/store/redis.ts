@@ -11,6 +11,8 @@
  *   {fg:<prefix>:f:<resource>}               string: the high-water mark, decimal; never expires
  *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
+ *   {fg:<prefix>:audit}                      stream: the attempt log, one JSON entry per message,
+ *                                            trimmed to the retention with XADD MINID ~
  * `%`, `{`, `}` and `:` inside the parts are percent-encoded, so no user value can end the hash
  * tag early or make two records share a key.
  *
@@ -24,7 +26,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store, type UnknownReason } from './types.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
+import { aggregate, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
 
 export interface RedisStoreOptions {
   /** redis:// or rediss:// URL */
@@ -35,6 +38,8 @@ export interface RedisStoreOptions {
   connectTimeoutMs?: number
   /** longest pause between reconnection attempts, ms; default 2000 */
   maxBackoffMs?: number
+  /** attempt log entries older than this are trimmed from the stream, ms; default 7 days */
+  auditRetentionMs?: number
 }
 
 // KEYS[1] = fence key; ARGV[1] = token (canonical decimal). Returns {accepted 0|1, highest}.
@@ -124,12 +129,33 @@ if r[1] == 'in_flight' and r[2] == ARGV[1] then return redis.call('DEL', KEYS[1]
 return 0
 `
 
+// KEYS[1] = record key; ARGV = as (completed|failed), now, expiresAt, ttlMs.
+// Returns {'resolved', reason} | {'not_found'} | {'refused', state}.
+const RESOLVE = `
+local k = KEYS[1]
+local now = tonumber(ARGV[2])
+local r = redis.call('HMGET', k, 'state', 'lease', 'exp', 'reason', 'fp', 'cid')
+local state = r[1]
+if not state or tonumber(r[3]) <= now then return {'not_found'} end
+local reason
+if state == 'unknown' then reason = r[4] or 'crash'
+elseif state == 'in_flight' and tonumber(r[2]) <= now then reason = 'crash'
+else return {'refused', state} end
+redis.call('DEL', k)
+if ARGV[1] == 'completed' then
+  redis.call('HSET', k, 'state', 'not_stored', 'fp', r[5], 'cid', r[6], 'lease', '0', 'exp', ARGV[3], 'status', '0')
+  redis.call('PEXPIRE', k, ARGV[4])
+end
+return {'resolved', reason}
+`
+
 /** The scripts as ioredis commands: defineCommand loads each once, then EVALSHA (EVAL again on NOSCRIPT). */
 interface ScriptCommands {
   fgFence(key: string, token: string): Promise<[number, string]>
   fgClaimBuffer(key: string, ...args: string[]): Promise<Buffer[]>
   fgFinish(key: string, ...args: (string | Buffer)[]): Promise<number>
   fgRelease(key: string, claimId: string): Promise<number>
+  fgResolve(key: string, ...args: string[]): Promise<string[]>
 }
 
 /** Percent-encodes the characters that would end a hash tag or blur the parts of a key. */
@@ -146,13 +172,17 @@ export class RedisStore implements Store {
   readonly #redis: Redis & ScriptCommands
   readonly #prefix: string
   #lastError: Error | undefined
+  readonly #auditRetentionMs: number
   #closed = false
+  /** the attempt log: a stream under {fg:<prefix>:audit} */
+  readonly audit: AuditLog
   /** the value written when this key prefix was first used (see `open`) */
   epoch = ''
 
   /** Use `RedisStore.open`, which also waits for the first connection. */
   constructor(options: RedisStoreOptions) {
-    const { url, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000 } = options
+    const { url, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000 } = options
+    this.#auditRetentionMs = auditRetentionMs
     if (typeof url !== 'string' || !/^rediss?:\/\//.test(url)) throw new TypeError('options.url must be a redis:// or rediss:// URL')
     if (typeof keyPrefix !== 'string' || !keyPrefix) throw new TypeError('options.keyPrefix must be a non-empty string')
     this.#prefix = `fg:${part(keyPrefix)}`
@@ -174,6 +204,11 @@ export class RedisStore implements Store {
     this.#redis.defineCommand('fgClaim', { numberOfKeys: 1, lua: CLAIM })
     this.#redis.defineCommand('fgFinish', { numberOfKeys: 1, lua: FINISH })
     this.#redis.defineCommand('fgRelease', { numberOfKeys: 1, lua: RELEASE })
+    this.#redis.defineCommand('fgResolve', { numberOfKeys: 1, lua: RESOLVE })
+    this.audit = {
+      append: (batch) => this.#auditAppend(batch),
+      query: (since, until, route) => this.#auditQuery(since, until, route),
+    }
   }
 
   /**
@@ -267,6 +302,52 @@ export class RedisStore implements Store {
   release(key: RecordKey, claimId: string): Promise<void> {
     return this.#run('release', async () => {
       await this.#redis.fgRelease(this.#recordKey(key), claimId)
+    })
+  }
+
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
+    return this.#run('resolve', async () => {
+      const r = await this.#redis.fgResolve(this.#recordKey(key), as, String(now), String(now + ttlMs), String(Math.max(1, ttlMs)))
+      switch (r[0]) {
+        case 'resolved': return { kind: 'resolved', reason: asReason(Buffer.from(r[1])) }
+        case 'not_found': return { kind: 'not_found' }
+        case 'refused': return { kind: 'refused', state: r[1] as 'in_flight' | 'completed' | 'not_stored' }
+        default: throw new Error(`resolve script answered ${r[0]}`)
+      }
+    })
+  }
+
+  /** XADD per entry; the last one trims entries older than the retention (MINID ~, by the stream's ms ids). */
+  #auditAppend(batch: readonly AuditEntry[]): Promise<void> {
+    return this.#run('audit_append', async () => {
+      if (!batch.length) return
+      const key = this.#key('audit')
+      const minId = String(Math.max(0, Date.now() - this.#auditRetentionMs))
+      await Promise.all(batch.map((e, i) => i === batch.length - 1
+        ? this.#redis.xadd(key, 'MINID', '~', minId, '*', 'e', JSON.stringify(e))
+        : this.#redis.xadd(key, '*', 'e', JSON.stringify(e))))
+    })
+  }
+
+  /**
+   * Reads the stream from a minute before `since` (its ids are Redis's clock, the entries'
+   * times the gateways'), 1000 entries at a time, and aggregates by the entries' own times.
+   */
+  #auditQuery(since: number, until: number, route?: string): Promise<AuditCounts[]> {
+    return this.#run('audit_query', async () => {
+      const key = this.#key('audit')
+      const entries: AuditEntry[] = []
+      let start = String(Math.max(0, since - 60_000))
+      for (;;) {
+        const page = await this.#redis.xrange(key, start, '+', 'COUNT', 1000)
+        for (const [, fields] of page) {
+          const i = fields.indexOf('e')
+          if (i >= 0) try { entries.push(JSON.parse(fields[i + 1]) as AuditEntry) } catch { /* not ours */ }
+        }
+        if (page.length < 1000) break
+        start = `(${page[page.length - 1][0]}`
+      }
+      return aggregate(entries, since, until, route)
     })
   }
 

@@ -4,14 +4,21 @@
  * a `BEGIN IMMEDIATE` transaction, which takes SQLite's write lock before reading).
  * `synchronous = NORMAL` in WAL mode survives a process crash; a power loss can lose the last
  * commits, so set `store.synchronous: full` where the host may lose power.
+ *
+ * Group commit: the operations asked for within one turn of the event loop run in one
+ * transaction, in the order they were asked, each in its own savepoint; their promises settle
+ * only after the COMMIT, so nothing is acknowledged before it is durable. Each check-and-set
+ * stays atomic (the batch holds the write lock from its first read to its commit).
  */
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db, type Statement } from 'better-sqlite3'
-import { decideClaim, decideFinish, mayRelease, type IdemRecord } from './records.js'
+import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { recordId } from './memory.js'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Store } from './types.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
+import type { AuditCounts, AuditEntry, AuditLog } from '../audit/types.js'
 
 export interface SqliteStoreOptions {
   /** database file; its folder is created when missing */
@@ -22,6 +29,18 @@ export interface SqliteStoreOptions {
   synchronous?: 'normal' | 'full'
   /** how often expired records are deleted, ms; default 60000 (0 turns the reaper off) */
   reapIntervalMs?: number
+  /** attempt log entries older than this are deleted, ms; default 7 days */
+  auditRetentionMs?: number
+}
+
+/** One operation waiting for the next group commit. */
+interface Pending {
+  op: string
+  run: () => unknown
+  resolve: (v: unknown) => void
+  reject: (e: unknown) => void
+  /** set inside the batch transaction, settled after COMMIT */
+  result?: { ok: true; value: unknown } | { ok: false; error: unknown }
 }
 
 interface RecordRow {
@@ -46,6 +65,14 @@ CREATE TABLE IF NOT EXISTS fg_records_v1 (
   status INTEGER, headers TEXT, body BLOB, reason TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON fg_records_v1 (expires_at);
+CREATE TABLE IF NOT EXISTS fg_audit_v1 (
+  time INTEGER NOT NULL, kind TEXT NOT NULL, replica TEXT NOT NULL, route TEXT NOT NULL, method TEXT,
+  resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
+  abandoned INTEGER NOT NULL DEFAULT 0, duplicate INTEGER NOT NULL DEFAULT 0, overtaken INTEGER NOT NULL DEFAULT 0,
+  status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT
+);
+CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON fg_audit_v1 (time);
+CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON fg_audit_v1 (route, key_hash, time);
 `
 
 const toRecord = (r: RecordRow | undefined): IdemRecord | undefined => r && {
@@ -88,12 +115,18 @@ export class SqliteStore implements Store {
   readonly #claimTx: (id: string, req: ClaimRequest, now: number) => ClaimResult
   readonly #finishTx: (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => void
   readonly #releaseTx: (id: string, claimId: string) => void
+  readonly #batchTx: (batch: Pending[]) => void
+  #pending: Pending[] = []
+  #flushing = false
   readonly #reaper?: NodeJS.Timeout
   readonly #pingTx: () => void
+  readonly #resolveTx: (id: string, as: Resolution, ttlMs: number, now: number) => ResolveResult
+  /** the attempt log: the fg_audit_v1 table */
+  readonly audit: AuditLog
 
   /** @throws StoreError when the file cannot be opened or initialised */
   constructor(options: SqliteStoreOptions) {
-    const { path, busyTimeoutMs = 1000, synchronous = 'normal', reapIntervalMs = 60_000 } = options
+    const { path, busyTimeoutMs = 1000, synchronous = 'normal', reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000 } = options
     if (typeof path !== 'string' || !path) throw new TypeError('options.path must be a non-empty string')
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new TypeError('options.busyTimeoutMs must be a non-negative integer')
     try {
@@ -137,12 +170,27 @@ export class SqliteStore implements Store {
     const releaseTx = db.transaction((id: string, claimId: string) => {
       if (mayRelease(get(id), claimId)) this.#recDel.run(id)
     })
+    const resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number): ResolveResult => {
+      const { result, write } = decideResolve(get(id), as, ttlMs, now)
+      if (write === null) this.#recDel.run(id)
+      else if (write) this.#recPut.run(toRow(id, write))
+      return result
+    })
+    this.#resolveTx = resolveTx.immediate
+    this.audit = sqliteAuditLog(db, auditRetentionMs, (op, fn) => this.#run(op, fn))
+    // Called inside the batch transaction, these become savepoints: one failing operation
+    // rolls back alone and the others still commit.
+    this.#fenceTx = fenceTx
+    this.#claimTx = claimTx
+    this.#finishTx = finishTx
+    this.#releaseTx = releaseTx
     // BEGIN IMMEDIATE: take the write lock before reading, so two processes cannot both read
     // the old state and then both write (and no deadlock upgrading a read lock).
-    this.#fenceTx = fenceTx.immediate
-    this.#claimTx = claimTx.immediate
-    this.#finishTx = finishTx.immediate
-    this.#releaseTx = releaseTx.immediate
+    this.#batchTx = db.transaction((batch: Pending[]) => {
+      for (const p of batch) {
+        try { p.result = { ok: true, value: p.run() } } catch (error) { p.result = { ok: false, error } }
+      }
+    }).immediate
     this.#pingTx = db.transaction(() => {}).immediate
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => { try { this.reap(Date.now()) } catch { /* next round */ } }, reapIntervalMs)
@@ -158,8 +206,37 @@ export class SqliteStore implements Store {
     }
   }
 
+  /** Queues a write for the next group commit (see the file's header). */
+  #write<T>(op: string, run: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.#pending.push({ op, run, resolve: resolve as (v: unknown) => void, reject })
+      if (!this.#flushing) {
+        this.#flushing = true
+        setImmediate(() => this.#flush())
+      }
+    })
+  }
+
+  #flush(): void {
+    this.#flushing = false
+    const batch = this.#pending
+    this.#pending = []
+    try {
+      this.#batchTx(batch)
+    } catch (e) {
+      // the commit (or BEGIN) failed: nothing of the batch is durable, so nothing is acknowledged
+      for (const p of batch) p.reject(new StoreError(`sqlite ${p.op}: ${(e as Error).message}`, p.op, { cause: e }))
+      return
+    }
+    for (const p of batch) {
+      const r = p.result!
+      if (r.ok) p.resolve(r.value)
+      else p.reject(new StoreError(`sqlite ${p.op}: ${(r.error as Error).message}`, p.op, { cause: r.error }))
+    }
+  }
+
   fence(resource: string, token: bigint): Promise<FenceResult> {
-    return this.#run('fence', () => this.#fenceTx(resource, token))
+    return this.#write('fence', () => this.#fenceTx(resource, token))
   }
 
   highest(resource: string): Promise<bigint | undefined> {
@@ -167,15 +244,19 @@ export class SqliteStore implements Store {
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#run('claim', () => this.#claimTx(recordId(key), req, now))
+    return this.#write('claim', () => this.#claimTx(recordId(key), req, now))
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', () => this.#finishTx(recordId(key), claimId, done, ttlMs, now))
+    return this.#write('finish', () => this.#finishTx(recordId(key), claimId, done, ttlMs, now))
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#run('release', () => this.#releaseTx(recordId(key), claimId))
+    return this.#write('release', () => this.#releaseTx(recordId(key), claimId))
+  }
+
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
+    return this.#run('resolve', () => this.#resolveTx(recordId(key), as, ttlMs, now))
   }
 
   /** Deletes up to 1000 expired records; returns how many. */
@@ -190,6 +271,25 @@ export class SqliteStore implements Store {
 
   async close(): Promise<void> {
     if (this.#reaper) clearInterval(this.#reaper)
+    if (this.#pending.length) this.#flush()
     if (this.#db.open) this.#db.close()
+  }
+}
+
+/** The attempt log in the fg_audit_v1 table; entries past the retention are deleted once a minute while appending. */
+function sqliteAuditLog(db: Db, retentionMs: number, run: <T>(op: string, fn: () => T) => Promise<T>): AuditLog {
+  const insert = db.prepare(`INSERT INTO fg_audit_v1 (${AUDIT_COLUMNS.join(', ')}) VALUES (${AUDIT_COLUMNS.map(() => '?').join(', ')})`)
+  const prune = db.prepare('DELETE FROM fg_audit_v1 WHERE time < ?')
+  const query = db.prepare(auditQuerySql('fg_audit_v1', (n) => `@p${n}`))
+  let pruned = 0
+  const appendTx = db.transaction((batch: readonly AuditEntry[]) => {
+    for (const e of batch) insert.run(auditRow(e))
+    const now = Date.now()
+    if (now - pruned >= 60_000) { pruned = now; prune.run(now - retentionMs) }
+  }).immediate
+  return {
+    append: (batch) => run('audit_append', () => appendTx(batch)),
+    query: (since, until, route) => run('audit_query', (): AuditCounts[] =>
+      countsFromRows(query.all({ p1: since, p2: until, p3: route ?? null }) as Record<string, unknown>[])),
   }
 }

@@ -16,6 +16,8 @@
  * answer" and fail closed.
  */
 
+import type { AuditLog } from '../audit/types.js'
+
 /** Store kinds from the config (contract §2); also the `store` label in metrics. */
 export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
 
@@ -78,6 +80,22 @@ export type ClaimResult =
   | { kind: 'unknown'; reason: UnknownReason; abandoned?: true }
   | { kind: 'mismatch' }
 
+/** What an operator declares about an attempt whose outcome is unknown (`fencegate resolve`). */
+export type Resolution = 'completed' | 'failed'
+
+/**
+ * What `resolve` did:
+ * - `resolved`: the record was unknown (`reason`), or in flight past its lease (reason `crash`),
+ *   and now is released (`failed`) or completed without a stored response (`completed`);
+ * - `not_found`: no record under the key (never used, expired, or released);
+ * - `refused`: the record is in another `state` and was left alone: an attempt still inside
+ *   its lease, or one whose outcome is known.
+ */
+export type ResolveResult =
+  | { kind: 'resolved'; reason: UnknownReason }
+  | { kind: 'not_found' }
+  | { kind: 'refused'; state: 'in_flight' | 'completed' | 'not_stored' }
+
 /** How an attempt ended, written with `finish`. */
 export type Completion =
   | { kind: 'completed'; response: StoredResponse }
@@ -114,6 +132,15 @@ export interface Store {
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void>
   /** Give the key up: nothing was done upstream (502/503/504/429 or a connect failure). */
   release(key: RecordKey, claimId: string): Promise<void>
+  /**
+   * An operator settles an attempt whose outcome is unknown, atomically with reading it:
+   * `failed` deletes the record (the key may be forwarded again); `completed` keeps it for
+   * `ttlMs` from `now` as completed without a stored response — a `not_stored` record with
+   * status 0, which later claims report as `not_stored` (409 response-not-stored).
+   */
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult>
+  /** The attempt log kept by this store (contract §8). */
+  readonly audit: AuditLog
   /** Answers when the store can serve requests; rejects with StoreError when not. */
   ping(): Promise<void>
   /** Flush and close connections or files; further calls reject. */

@@ -56,7 +56,17 @@ export function wantsOpenMetrics(accept: string | undefined): boolean {
   return om > 0 && om >= text
 }
 
+/**
+ * What the fencing in-flight tracker (src/fencing/inflight.ts) reports, read at scrape time so
+ * the request path only moves plain integers.
+ */
+export interface InFlightSource {
+  byRoute(): Iterable<[string, { n: number }]>
+  readonly resources: number
+}
+
 export function createMetrics(version: string) {
+  let inFlight: InFlightSource | undefined
   // OpenMetrics from the start: prom-client refuses exemplar metrics on a Prometheus registry
   const registry = new Registry<OpenMetricsContentType>()
   registry.setContentType(OPENMETRICS)
@@ -72,14 +82,26 @@ export function createMetrics(version: string) {
     fencingRejections: new Counter({ name: 'fencegate_fencing_rejections_total', help: 'Requests refused by fencing: stale token, missing token, malformed token.', labelNames: ['route', 'reason'] as const, registers: [registry] }),
     idempotency: new Counter({ name: 'fencegate_idempotency_total', help: 'Idempotency decisions: stored, replayed, in_flight, key_reused, released, not_stored.', labelNames: ['route', 'result'] as const, registers: [registry] }),
     unknownOutcomes: new Counter({ name: 'fencegate_unknown_outcomes_total', help: 'Requests sent (or maybe sent) upstream with no complete response: the effect may or may not have happened.', labelNames: ['route', 'reason'] as const, registers: [registry] }),
+    fencingOvertaken: new Counter({ name: 'fencegate_fencing_overtaken_total', help: 'Requests that ended after a request with a newer fencing token for the same resource had been sent upstream by this process: the upstream may have applied the older write after the newer one.', labelNames: ['route'] as const, registers: [registry] }),
+    fencingInFlight: new Gauge({
+      name: 'fencegate_fencing_in_flight', help: 'Fenced requests this process is handling (checking, waiting, sent), plus ended ones whose unknown outcome still holds their resource (fencing.serialize).', labelNames: ['route'] as const, registers: [registry],
+      collect() { if (inFlight) for (const [route, c] of inFlight.byRoute()) this.set({ route }, c.n) },
+    }),
+    fencingTrackedResources: new Gauge({
+      name: 'fencegate_fencing_tracked_resources', help: 'Fencing resources with at least one request tracked in flight by this process (the size of the in-flight map).', registers: [registry],
+      collect() { this.set(inFlight?.resources ?? 0) },
+    }),
     duplicateForwards: new Counter({ name: 'fencegate_duplicate_forwards_total', help: 'Keys forwarded again after an unknown outcome (unknownOutcome: retry): possible duplicate effects.', labelNames: ['route'] as const, registers: [registry] }),
     storeDuration: new TracedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
+    auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries) or store_error (the store refused the batch).', labelNames: ['reason'] as const, registers: [registry] }),
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
   }
   m.buildInfo.set({ version }, 1)
-  return { ...m, expose: exposition(registry) }
+  /** Lets the gauges above read the gateway's in-flight tracker at scrape time. */
+  const trackInFlight = (source: InFlightSource) => { inFlight = source }
+  return { ...m, trackInFlight, expose: exposition(registry) }
 }
 
 /**

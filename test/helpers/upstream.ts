@@ -12,6 +12,9 @@
  *   /conn-header     → Connection: x-secret with X-Secret and X-Public
  *   /reset-mid-chunked → 200 head without Content-Length (chunked), 10 bytes, then a reset
  *   /gzip            → 200 Content-Encoding: gzip, body GZIPPED (the gzip of GZIP_TEXT)
+ *   /apply?ms=N      → notes its arrival in `applied`, waits N ms (default 0), applies the
+ *                      effect (noted too), then 201 JSON {n, token}: the order in which a resource
+ *                      receives and applies writes
  *   anything else    → 201 JSON {n, method, url, body} (n counts effects)
  */
 import http from 'node:http'
@@ -41,7 +44,16 @@ export interface Upstream {
   last(): Seen
   /** urls of the requests whose connection closed before their response was complete (cancelled), in order */
   aborted: string[]
+  /** what `/apply` did, in order: each request's arrival, then its effect after the delay */
+  applied: Applied[]
   close(): Promise<void>
+}
+
+export interface Applied {
+  event: 'arrived' | 'applied'
+  url: string
+  /** the request's Fencing-Token, as received */
+  token: string | undefined
 }
 
 const pairs = (raw: string[]): [string, string][] => {
@@ -52,6 +64,7 @@ const pairs = (raw: string[]): [string, string][] => {
 
 export async function startUpstream(): Promise<Upstream> {
   const seen: Seen[] = []
+  const applied: Applied[] = []
   let effects = 0
   const server = http.createServer(async (req, res) => {
     const chunks: Buffer[] = []
@@ -106,6 +119,16 @@ export async function startUpstream(): Promise<Upstream> {
       res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': 'gzip', 'content-length': GZIPPED.length })
       return res.end(GZIPPED)
     }
+    if (path === '/apply') {
+      const token = req.headers['fencing-token'] as string | undefined
+      applied.push({ event: 'arrived', url, token })
+      await new Promise((r) => setTimeout(r, Number(query.get('ms') ?? 0)))
+      applied.push({ event: 'applied', url, token })
+      effects++
+      const out = JSON.stringify({ n: effects, token })
+      res.writeHead(201, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) })
+      return res.end(out)
+    }
     if (path === '/redirect') { res.writeHead(302, { location: '/login' }); return res.end() }
     if (path === '/conn-header') {
       res.writeHead(200, { connection: 'x-secret', 'x-secret': '1', 'x-public': '1' })
@@ -130,6 +153,7 @@ export async function startUpstream(): Promise<Upstream> {
     count: (prefix = '/') => seen.filter((s) => s.url.startsWith(prefix)).length,
     last: () => seen[seen.length - 1],
     aborted,
+    applied,
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()) }),
   }
 }

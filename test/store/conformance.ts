@@ -11,6 +11,7 @@
  *   describeStoreConformance('sqlite', make, { cleanup, makeSecond })
  */
 import { afterEach, describe, expect, test } from 'vitest'
+import type { AuditEntry } from '../../src/audit/types.js'
 import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
@@ -477,6 +478,121 @@ export function describeStoreConformance(
       })
     })
 
+    describe('resolve (an operator settles an unknown outcome)', () => {
+      const unknownKey = async (s: Store, k: RecordKey, reason: UnknownReason = 'timeout') => {
+        await s.claim(k, req('c1'), T0)
+        await s.finish(k, 'c1', { kind: 'unknown', reason }, 60_000, T0 + 10)
+      }
+
+      test('failed: the record is released, reporting the reason; the key is claimable as new', async () => {
+        const s = await open()
+        await unknownKey(s, key(), 'reset')
+        expect(await s.resolve(key(), 'failed', 60_000, T0 + 20)).toEqual({ kind: 'resolved', reason: 'reset' })
+        const r = await s.claim(key(), req('c2', { fingerprint: 'fp-new' }), T0 + 30)
+        expect(r).toEqual({ kind: 'claimed' })
+        // once resolved there is nothing unknown left to resolve
+        expect(await s.resolve(key(), 'failed', 60_000, T0 + 40)).toEqual({ kind: 'refused', state: 'in_flight' })
+      })
+
+      test('completed: later claims get not_stored with status 0, retryUnknown or not, for the ttl from the resolution', async () => {
+        const s = await open()
+        await unknownKey(s, key())
+        expect(await s.resolve(key(), 'completed', 60_000, T0 + 1_000)).toEqual({ kind: 'resolved', reason: 'timeout' })
+        expect(await s.claim(key(), req('c2'), T0 + 2_000)).toEqual({ kind: 'not_stored', status: 0 })
+        expect(await s.claim(key(), req('c3', { retryUnknown: true }), T0 + 3_000)).toEqual({ kind: 'not_stored', status: 0 })
+        // the fingerprint is kept: another request under the key is still a mismatch
+        expect(await s.claim(key(), req('c4', { fingerprint: 'fp-other' }), T0 + 4_000)).toEqual({ kind: 'mismatch' })
+        expect(await s.claim(key(), req('c5'), T0 + 1_000 + 59_999)).toEqual({ kind: 'not_stored', status: 0 })
+        expect((await s.claim(key(), req('c6'), T0 + 1_000 + 60_001)).kind).toBe('claimed')
+      })
+
+      test('an in-flight record past its lease (a crashed holder) can be resolved, reason crash', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        expect(await s.resolve(key(), 'failed', 60_000, T0 + 999)).toEqual({ kind: 'refused', state: 'in_flight' })
+        expect(await s.resolve(key(), 'failed', 60_000, T0 + 1_500)).toEqual({ kind: 'resolved', reason: 'crash' })
+        expect(await s.claim(key(), req('c2'), T0 + 1_600)).toEqual({ kind: 'claimed' })
+        // and the old holder cannot write over the new claim
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1_700)
+        expect(await s.claim(key(), req('c3'), T0 + 1_800)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 1_600 + 10_000 })
+      })
+
+      test('a record whose outcome is known is refused and left alone; a missing or expired one is not_found', async () => {
+        const s = await open()
+        await s.claim(key('done'), req('c1'), T0)
+        await s.finish(key('done'), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
+        expect(await s.resolve(key('done'), 'failed', 60_000, T0 + 2)).toEqual({ kind: 'refused', state: 'completed' })
+        expectResponse(await s.claim(key('done'), req('c2'), T0 + 3), sampleResponse())
+        await s.claim(key('big'), req('c1'), T0)
+        await s.finish(key('big'), 'c1', { kind: 'not_stored', status: 201 }, 60_000, T0 + 1)
+        expect(await s.resolve(key('big'), 'completed', 60_000, T0 + 2)).toEqual({ kind: 'refused', state: 'not_stored' })
+        expect(await s.resolve(key('never'), 'failed', 60_000, T0)).toEqual({ kind: 'not_found' })
+        await unknownKey(s, key('old'))
+        expect(await s.resolve(key('old'), 'failed', 60_000, T0 + 10 + 60_001)).toEqual({ kind: 'not_found' })
+      })
+
+      test('resolve touches only its own route and scope', async () => {
+        const s = await open()
+        await unknownKey(s, key('k', 'r1'))
+        await unknownKey(s, key('k', 'r2'))
+        await unknownKey(s, key('k', 'r1', 'b'.repeat(64)))
+        expect((await s.resolve(key('k', 'r1'), 'failed', 60_000, T0 + 20)).kind).toBe('resolved')
+        expect(await s.claim(key('k', 'r2'), req('c2'), T0 + 30)).toEqual({ kind: 'unknown', reason: 'timeout' })
+        expect(await s.claim(key('k', 'r1', 'b'.repeat(64)), req('c2'), T0 + 30)).toEqual({ kind: 'unknown', reason: 'timeout' })
+      })
+    })
+
+    describe('audit log', () => {
+      const now = Date.now()
+      const at = (ms: number, over: Partial<AuditEntry>): AuditEntry => ({ time: now + ms, kind: 'attempt', replica: 'host:1', route: 'pay', ...over })
+
+      test('counts per route what the gateway decided, in the window', async () => {
+        const s = await open()
+        await s.audit.append([
+          at(-7_200_000, { outcome: 'forwarded', keyHash: 'k0' }), // before the window
+          at(-1000, { outcome: 'forwarded', keyHash: 'k1', token: '33', resource: 'account:a', result: 'stored', status: 201, upstreamStatus: 201, durationMs: 3.5 }),
+          at(-900, { outcome: 'replayed', keyHash: 'k1', result: 'replayed', status: 201 }),
+          at(-800, { outcome: 'stale', keyHash: 'k1', token: '32', status: 412 }),
+          at(-700, { outcome: 'token_missing', status: 428 }),
+          at(-600, { outcome: 'in_flight', keyHash: 'k2', result: 'in_flight', status: 409 }),
+          at(-500, { outcome: 'key_reused', keyHash: 'k2', result: 'key_reused', status: 422 }),
+          at(-400, { outcome: 'forwarded', keyHash: 'k3', result: 'released', status: 503, upstreamStatus: 503 }),
+          at(-300, { outcome: 'forwarded', keyHash: 'k4', duplicate: true, overtaken: true, result: 'stored' }),
+          at(-200, { outcome: 'forwarded', route: 'other' }),
+        ])
+        const all = await s.audit.query(now - 3_600_000, now + 1, undefined)
+        expect(all.map((c) => c.route)).toEqual(['other', 'pay'])
+        expect(all[1]).toEqual({
+          route: 'pay', attempts: 8, keys: 4, forwarded: 3, replayed: 1, stale: 1, tokenMissing: 1,
+          inFlightConflicts: 1, keyReused: 1, released: 1, unknownOutcomes: { resolved: 0, unresolved: 0 },
+          duplicateForwards: 1, overtaken: 1,
+        })
+        expect(await s.audit.query(now - 3_600_000, now + 1, 'other')).toEqual([expect.objectContaining({ route: 'other', attempts: 1, forwarded: 1, keys: 0 })])
+        expect(await s.audit.query(now - 3_600_000, now + 1, 'nothing')).toEqual([])
+        expect((await s.audit.query(now - 8_000_000, now + 1, 'pay'))[0].attempts).toBe(9)
+      })
+
+      test('unknown outcomes count as resolved once a resolve entry for the key follows them', async () => {
+        const s = await open()
+        await s.audit.append([
+          at(-1000, { outcome: 'outcome_unknown', keyHash: 'k1', unknown: 'timeout', status: 504 }),
+          at(-900, { outcome: 'outcome_unknown', keyHash: 'k1', status: 409 }), // a repeat refused: not a new unknown outcome
+          at(-800, { outcome: 'outcome_unknown', keyHash: 'k2', unknown: 'reset', status: 502 }),
+          at(-700, { outcome: 'outcome_unknown', unknown: 'client_abort', status: 499 }), // no key: nothing to resolve
+          at(-600, { outcome: 'outcome_unknown', keyHash: 'k3', abandoned: true, status: 409 }), // a crashed attempt found
+          at(-500, { kind: 'resolve', keyHash: 'k1', resolution: 'failed' }),
+          at(-400, { kind: 'resolve', keyHash: 'k3', resolution: 'completed' }),
+          at(-300, { kind: 'resolve', keyHash: 'k2', resolution: 'failed', route: 'other' }), // another route's key
+        ])
+        const [pay] = await s.audit.query(now - 3_600_000, now + 1, 'pay')
+        expect(pay.attempts).toBe(5)
+        expect(pay.unknownOutcomes).toEqual({ resolved: 2, unresolved: 2 })
+        // a resolution after the window's end does not count
+        const [early] = await s.audit.query(now - 3_600_000, now - 450, 'pay')
+        expect(early.unknownOutcomes).toEqual({ resolved: 1, unresolved: 3 })
+      })
+    })
+
     describe('close', () => {
       test('every call after close() rejects with StoreError', async () => {
         const s = await open()
@@ -490,6 +606,7 @@ export function describeStoreConformance(
           ['claim', () => s.claim(key(), req('c2'), T0 + 1)],
           ['finish', () => s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 1)],
           ['release', () => s.release(key(), 'c1')],
+          ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
           ['ping', () => s.ping()],
         ]
         for (const [op, call] of calls) {

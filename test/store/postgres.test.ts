@@ -22,7 +22,7 @@ afterAll(async () => {
 
 describeStoreConformance('postgres', () => open(), {
   makeSecond: () => open(),
-  cleanup: async () => { await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`) },
+  cleanup: async () => { await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1, "${schema}".fg_audit_v1`) },
 })
 
 describe('PostgresStore', () => {

@@ -1,0 +1,118 @@
+/**
+ * The claim of a route in words (contract §8): what fencegate guarantees on it, under which
+ * assumptions, and what it does not guarantee, generated from the route's config and the
+ * store's. Plain sentences a reviewer can check against the config; never empty for a route
+ * with fencing or idempotency.
+ */
+import type { Config, RouteConfig } from '../config/schema.js'
+
+export interface Claim {
+  guarantees: string[]
+  assumptions: string[]
+  notGuaranteed: string[]
+}
+
+const UNITS: [number, string][] = [[86_400_000, 'd'], [3_600_000, 'h'], [60_000, 'm'], [1000, 's']]
+
+/** A duration in ms as the config writes it: 24h, 30s, 90m, 1500ms. */
+export function formatDuration(ms: number): string {
+  // days from two on (24h reads better than 1d, as the config's own defaults write it)
+  for (const [size, unit] of UNITS) if (ms >= (unit === 'd' ? 2 * size : size) && ms % size === 0) return `${ms / size}${unit}`
+  return `${ms}ms`
+}
+
+/** A size in bytes as the config writes it: 1MiB, 64KiB, 1000. */
+export function formatSize(bytes: number): string {
+  if (bytes >= 1024 ** 3 && bytes % 1024 ** 3 === 0) return `${bytes / 1024 ** 3}GiB`
+  if (bytes >= 1024 ** 2 && bytes % 1024 ** 2 === 0) return `${bytes / 1024 ** 2}MiB`
+  if (bytes >= 1024 && bytes % 1024 === 0) return `${bytes / 1024}KiB`
+  return `${bytes} bytes`
+}
+
+const list = (items: readonly string[], and = 'and'): string =>
+  items.length <= 1 ? items.join('') : `${items.slice(0, -1).join(', ')} ${and} ${items[items.length - 1]}`
+
+/** The sentences about the store every fenced or deduplicated route relies on. */
+function storeSentences(store: Config['store'], out: Claim): void {
+  switch (store.kind) {
+    case 'memory':
+      out.notGuaranteed.push('The memory store is not durable: a restart of the gateway forgets every highest token and idempotency record, so afterwards a stale token or a repeated key can get through; and it is not shared, so a second gateway process would check against its own state.')
+      break
+    case 'sqlite':
+      out.assumptions.push(`The SQLite store (${store.path}) keeps highest tokens and records across restarts and crashes of the process${store.synchronous === 'full' ? ' and power losses (synchronous: full)' : '; a power loss can lose the last commits (synchronous: normal; set full to survive it)'}.`)
+      out.assumptions.push('Every gateway process enforcing this route runs on the one host that holds the SQLite file and uses that file; a gateway on another host would keep state of its own and let stale tokens and repeated keys through.')
+      break
+    case 'redis':
+      out.assumptions.push('Redis keeps highest tokens and records only as durably as it is configured to: without persistence (AOF) a Redis restart loses them, and replication is asynchronous, so a failover can lose the writes of the last moments. fencegate detects a store that came back empty through its epoch marker, not a partial loss.')
+      out.assumptions.push('Every gateway replica enforcing this route uses the same Redis and key prefix.')
+      break
+    case 'postgres':
+      out.assumptions.push('PostgreSQL has committed each highest token and record before the request is forwarded; a failover to an asynchronous standby can lose the last commits, so only synchronous replication (or no failover) keeps that promise through a failover.')
+      out.assumptions.push('Every gateway replica enforcing this route uses the same PostgreSQL database and schema.')
+      break
+  }
+}
+
+/** The claim of one route. */
+export function claimFor(route: RouteConfig, store: Config['store']): Claim {
+  const out: Claim = { guarantees: [], assumptions: [], notGuaranteed: [] }
+  const f = route.fencing
+  let i = route.idempotency
+  if (!f && !i) {
+    out.notGuaranteed.push('Neither fencing nor idempotency is configured on this route: every request is forwarded as it arrives, so retries can apply an effect twice and stale lease holders are not stopped.')
+    return out
+  }
+  const methods = route.match.methods ? `${list(route.match.methods)} requests` : 'requests'
+
+  if (f) {
+    const header = f.tokenHeader
+    out.guarantees.push(`Fencing is on: of the ${methods} matching ${route.match.path}, one whose ${header} is lower than the highest token already accepted for its resource ("${f.resource}") is refused with 412 before anything is forwarded; an equal or higher token is accepted and becomes the highest, atomically with the check.`)
+    if (f.required) out.guarantees.push(`A request without a ${header} header is refused with 428 (fencing.required: true).`)
+    else out.notGuaranteed.push(`A request without a ${header} header is forwarded unfenced (fencing.required: false): nothing stops a stale writer that leaves the header out.`)
+    out.guarantees.push('Tokens are compared as exact integers; no clock is involved in fencing.')
+    out.guarantees.push(`The token is forwarded unchanged in ${header}, so the upstream can check it too.`)
+    if ((f as { serialize?: boolean }).serialize) {
+      out.guarantees.push('Within one gateway process, a newer-token request for a resource is held until the older ones sent for it have ended (fencing.serialize: true), so no older-token request reaches the upstream after a newer one from this process; one whose outcome is unknown holds the resource until its lease ends.')
+      out.assumptions.push('Across several gateway replicas, fencing.serialize cannot order requests for one resource: either route each resource to one replica (sticky routing) or have the upstream check the forwarded token.')
+    } else {
+      out.notGuaranteed.push('The check-to-apply window: a request accepted with token N can still be on its way when token N+1 is accepted and applied, and then reach the upstream after it. The gateway detects it (overtaken) but does not prevent it (fencing.serialize: false).')
+    }
+    out.assumptions.push(`The upstream closes the check-to-apply window itself by refusing a write whose forwarded ${header} is lower than the highest it has applied for the resource; otherwise an older write that was in flight can land after a newer one.`)
+    out.assumptions.push(`Every writer of the resource goes through this gateway: a write that reaches the upstream by another path is not fenced.`)
+  }
+
+  if (i) {
+    const header = i.keyHeader
+    // the methods that are both routed here and deduplicated
+    const methodsHere = route.match.methods ? i.methods.filter((m) => route.match.methods!.includes(m)) : i.methods
+    if (!methodsHere.length) {
+      out.notGuaranteed.push(`No request of this route is deduplicated: idempotency.methods (${i.methods.join(', ')}) names none of the route's methods (${route.match.methods!.join(', ')}).`)
+      storeSentences(store, out)
+      return out
+    }
+    i = { ...i, methods: methodsHere }
+    const keyed = `${list(i.methods)} requests with an ${header}`
+    out.guarantees.push(`Idempotency is on: for ${keyed}, at most one attempt per key${i.scope ? ` and scope ("${i.scope}")` : ''} is forwarded at a time, and a completed response is stored and replayed byte for byte, without calling the upstream, for ${formatDuration(i.ttl)} after it completed (idempotency.ttl).`)
+    out.guarantees.push(`The same key with a different method, path, query, content type or body is refused with 422 and not forwarded.`)
+    out.guarantees.push(i.inFlight === 'wait'
+      ? 'A repeat while the first attempt is in flight waits for it and gets its response (inFlight: wait).'
+      : 'A repeat while the first attempt is in flight is refused with 409 and Retry-After (inFlight: reject).')
+    if (i.required) out.guarantees.push(`A ${list(i.methods, 'or')} request without an ${header} is refused with 400 (idempotency.required: true).`)
+    else out.notGuaranteed.push(`A ${list(i.methods, 'or')} request without an ${header} is forwarded every time it arrives (idempotency.required: false): its retries are not deduplicated.`)
+    out.guarantees.push(`Responses larger than ${formatSize(i.maxResponseBytes)} (idempotency.maxResponseBytes) are not stored: a repeat gets 409 response-not-stored, never a second forward.`)
+    if (i.unknownOutcome === 'reject') {
+      out.guarantees.push(`At most once per key: when an attempt was sent and no complete response came back (timeout, reset, client gone, gateway crash), the key answers 409 outcome-unknown and is not forwarded again until an operator runs fencegate resolve or ${formatDuration(i.ttl)} pass (unknownOutcome: reject).`)
+      out.notGuaranteed.push('At least once: an attempt whose outcome is unknown may never have taken effect; it is not retried by the gateway, and someone has to check the upstream and resolve the key (see unknownOutcomes.unresolved).')
+    } else {
+      out.guarantees.push('At least once per key: after an attempt whose outcome is unknown, the next attempt with the key is forwarded again with the same key (unknownOutcome: retry).')
+      out.notGuaranteed.push(`Exactly once: a key forwarded again after an unknown outcome may take effect twice unless the upstream deduplicates by the forwarded ${header}; each such forward is counted in duplicateForwards.`)
+    }
+    out.assumptions.push(`An attempt that has not finished within ${formatDuration(i.lease)} (idempotency.lease) is taken as abandoned and its outcome as unknown; the upstream should not still apply a request that old. Leases are measured on the gateway's clock${store.kind === 'redis' || store.kind === 'postgres' ? ', and replicas sharing the store compare lease ends written by each other, so their clocks must agree to well within the lease' : ''}.`)
+    out.notGuaranteed.push(`After ${formatDuration(i.ttl)} (idempotency.ttl) a key is forgotten: a retry later than that is forwarded as a new request.`)
+    const deduplicated: readonly string[] = i.methods
+    const others = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].filter((m) => !deduplicated.includes(m) && (!route.match.methods || route.match.methods.includes(m as never)))
+    if (others.length) out.notGuaranteed.push(`${list(others)} requests are not deduplicated (idempotency.methods: ${route.idempotency!.methods.join(', ')}).`)
+  }
+  storeSentences(store, out)
+  return out
+}

@@ -1,0 +1,63 @@
+/**
+ * `fencegate audit` and `fencegate resolve`: open the configured store (the gateway may be
+ * running or not), do one thing, close it.
+ *   fencegate audit   --config PATH [--since 1h] [--route NAME] [--json]
+ *   fencegate resolve --config PATH --route NAME --key KEY [--scope S] --as completed|failed
+ * Exit codes: 0 done; 1 the store refused or the record could not be resolved; 2 usage or config.
+ */
+import type { Config } from '../config/schema.js'
+import { openStore } from '../store/index.js'
+import { StoreError, type Store } from '../store/types.js'
+import { Problem } from '../problems.js'
+import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
+import { resolveKey } from './resolve.js'
+
+export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string }
+
+/** The outcome of a command: the exit code and the lines for stdout and stderr. */
+export interface CommandResult { code: number; stdout?: string; stderr?: string[] }
+
+async function withStore<T>(config: Config, fn: (store: Store) => Promise<T>): Promise<T> {
+  const store = await openStore(config.store, config.audit)
+  try {
+    return await fn(store)
+  } finally {
+    await store.close().catch(() => {})
+  }
+}
+
+const memoryRefusal = (command: string): CommandResult => ({
+  code: 2,
+  stderr: [`store.kind memory keeps its attempt log and records inside the gateway process, so \`fencegate ${command}\` cannot reach them: use the admin API of the running gateway (${command === 'audit' ? 'GET /audit' : 'POST /resolve'}).`],
+})
+
+export async function auditCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
+  if (config.store.kind === 'memory') return memoryRefusal('audit')
+  const now = Date.now()
+  const since = parseSince(args.since ?? DEFAULT_SINCE, now)
+  if (since === undefined) return { code: 2, stderr: [`--since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(args.since)}`] }
+  if (args.route !== undefined && !config.routes.some((r) => r.name === args.route)) {
+    return { code: 2, stderr: [`--route: no route named ${JSON.stringify(args.route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')})`] }
+  }
+  try {
+    const report = await withStore(config, (store) => buildReport(config, store.audit, since, now, args.route))
+    return { code: 0, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n` }
+  } catch (e) {
+    if (e instanceof StoreError) return { code: 1, stderr: [`fencegate audit: the store cannot answer: ${e.message}`] }
+    throw e
+  }
+}
+
+export async function resolveCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
+  if (config.store.kind === 'memory') return memoryRefusal('resolve')
+  const missing = (['route', 'key', 'as'] as const).filter((k) => args[k] === undefined)
+  if (missing.length) return { code: 2, stderr: [`fencegate resolve needs ${missing.map((m) => `--${m}`).join(', ')}`] }
+  try {
+    const r = await withStore(config, (store) => resolveKey(config, store, { route: args.route!, key: args.key!, scope: args.scope, as: args.as as 'completed' | 'failed' }))
+    return { code: 0, stdout: args.json ? `${JSON.stringify(r)}\n` : `route ${r.route}, key hash ${r.keyHash}: outcome was unknown (${r.previousReason}); resolved as ${r.resolution}: ${r.effect}\n` }
+  } catch (e) {
+    if (e instanceof Problem) return { code: e.status === 400 ? 2 : 1, stderr: [`fencegate resolve: ${e.detail}`] }
+    if (e instanceof StoreError) return { code: 1, stderr: [`fencegate resolve: the store cannot answer: ${e.message}`] }
+    throw e
+  }
+}

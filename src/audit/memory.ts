@@ -1,0 +1,43 @@
+/**
+ * The attempt log of the memory store: a ring buffer in this process. Lost on exit, like the
+ * rest of the memory store; the oldest entries go first when it is full or past the retention.
+ */
+import { aggregate, type AuditCounts, type AuditEntry, type AuditLog } from './types.js'
+
+export interface MemoryAuditLogOptions {
+  /** most entries kept; default 100,000 */
+  capacity?: number
+  /** entries older than this are not reported, ms; default 7 days */
+  retentionMs?: number
+}
+
+export class MemoryAuditLog implements AuditLog {
+  readonly #ring: (AuditEntry | undefined)[]
+  readonly #retentionMs: number
+  #next = 0
+  #size = 0
+
+  constructor(options: MemoryAuditLogOptions = {}) {
+    const { capacity = 100_000, retentionMs = 7 * 86_400_000 } = options
+    if (!Number.isInteger(capacity) || capacity < 1) throw new TypeError('options.capacity must be a positive integer')
+    this.#ring = new Array(capacity)
+    this.#retentionMs = retentionMs
+  }
+
+  async append(batch: readonly AuditEntry[]): Promise<void> {
+    for (const e of batch) {
+      this.#ring[this.#next] = e
+      this.#next = (this.#next + 1) % this.#ring.length
+      this.#size = Math.min(this.#size + 1, this.#ring.length)
+    }
+  }
+
+  *#entries(): Generator<AuditEntry> {
+    const n = this.#ring.length
+    for (let i = 0; i < this.#size; i++) yield this.#ring[(this.#next - this.#size + i + n) % n]!
+  }
+
+  async query(since: number, until: number, route?: string): Promise<AuditCounts[]> {
+    return aggregate(this.#entries(), Math.max(since, Date.now() - this.#retentionMs), until, route)
+  }
+}

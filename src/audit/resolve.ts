@@ -1,0 +1,76 @@
+/**
+ * Operator resolution of an unknown outcome (issue 5 §2), shared by `fencegate resolve` and
+ * admin `POST /resolve`: finds the route's record for a key, settles it in the store
+ * atomically, and writes a `resolve` entry to the attempt log so the report can count the
+ * unknown outcome as resolved.
+ *   --as failed     the effect did not happen: the record is released, a retry is forwarded
+ *   --as completed  the effect happened: the key is kept for the route's ttl as completed with
+ *                   no stored response; later attempts get 409 response-not-stored
+ */
+import type { Config } from '../config/schema.js'
+import { Problem } from '../problems.js'
+import { sha256hex } from '../route.js'
+import { parseIdempotencyKey } from '../idempotency/key.js'
+import type { Resolution, Store, UnknownReason } from '../store/types.js'
+import { REPLICA, auditKeyHash } from './entry.js'
+import { formatDuration } from './claim.js'
+
+export interface ResolveRequest {
+  route: string
+  /** the idempotency key as the client sent it (bare or as an sf-string) */
+  key: string
+  /** the filled scope template of the route (e.g. the Authorization value); omit when the route has none */
+  scope?: string
+  as: Resolution
+}
+
+export interface Resolved {
+  route: string
+  keyHash: string
+  resolution: Resolution
+  /** why the outcome had been unknown */
+  previousReason: UnknownReason
+  /** what later attempts with the key get, in words */
+  effect: string
+}
+
+/**
+ * @throws Problem 400 bad-request (unknown route, no idempotency, bad key or scope),
+ *   404 record-not-found, 409 not-resolvable; StoreError when the store cannot answer
+ */
+export async function resolveKey(config: Config, store: Store, r: ResolveRequest, now = Date.now()): Promise<Resolved> {
+  const rc = config.routes.find((x) => x.name === r.route)
+  if (!rc) throw new Problem('bad-request', `No route named ${JSON.stringify(r.route)} in the config (routes: ${config.routes.map((x) => x.name).join(', ')}).`)
+  const i = rc.idempotency
+  if (!i) throw new Problem('bad-request', `Route ${rc.name} has no idempotency block, so it keeps no records to resolve.`)
+  if (r.as !== 'completed' && r.as !== 'failed') throw new Problem('bad-request', 'as must be "completed" (the effect happened) or "failed" (it did not).')
+  const key = typeof r.key === 'string' ? parseIdempotencyKey(r.key) : undefined
+  if (key === undefined) throw new Problem('bad-request', 'key must be an idempotency key: 1 to 255 visible ASCII characters, bare or as a quoted sf-string.')
+  let scope = ''
+  if (i.scope === '') {
+    if (r.scope) throw new Problem('bad-request', `Route ${rc.name} does not scope its keys (idempotency.scope is ""); leave the scope out.`)
+  } else {
+    if (typeof r.scope !== 'string') throw new Problem('bad-request', `Route ${rc.name} scopes its keys by "${i.scope}": give the scope, the value that template had on the request (an empty string when it named nothing).`)
+    scope = sha256hex(r.scope)
+  }
+  const recordKey = { route: rc.name, scope, key }
+  const keyHash = auditKeyHash(scope, key)
+  const result = await store.resolve(recordKey, r.as, i.ttl, now)
+  if (result.kind === 'not_found') {
+    throw new Problem('record-not-found', `Route ${rc.name} has no record under this key (never used, released, or past its ttl): there is nothing to resolve, and a request with it is forwarded as new.`, { keyHash })
+  }
+  if (result.kind === 'refused') {
+    const why = result.state === 'in_flight' ? 'an attempt with it is still in flight within its lease' : `its outcome is known (${result.state === 'completed' ? 'a stored response is replayed' : 'it completed without a stored response'})`
+    throw new Problem('not-resolvable', `The record of this key was left alone: ${why}. Only an unknown outcome can be resolved.`, { keyHash, state: result.state })
+  }
+  await store.audit.append([{ time: now, kind: 'resolve', replica: REPLICA, route: rc.name, keyHash, resolution: r.as }])
+  return {
+    route: rc.name,
+    keyHash,
+    resolution: r.as,
+    previousReason: result.reason,
+    effect: r.as === 'failed'
+      ? 'released: the next request with this key is forwarded as new'
+      : `completed without a stored response: requests with this key get 409 response-not-stored for ${formatDuration(i.ttl)} (idempotency.ttl) and are not forwarded`,
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * The attempt log as an SQL table, shared by the SQLite and PostgreSQL stores: the columns, the
+ * row mapping and the one aggregate query of `AuditLog.query` (the rules of `aggregate` in
+ * ./types.ts, as SQL).
+ */
+import { emptyCounts, type AuditCounts, type AuditEntry } from './types.js'
+
+/** Columns in insert order. Flags are 0/1 integers in both engines, so they can be summed. */
+export const AUDIT_COLUMNS = [
+  'time', 'kind', 'replica', 'route', 'method', 'resource', 'token', 'key_hash', 'fingerprint', 'outcome',
+  'result', 'unknown', 'abandoned', 'duplicate', 'overtaken', 'status', 'upstream_status', 'duration_ms',
+  'trace_id', 'resolution',
+] as const
+
+/** The row of an entry, values in AUDIT_COLUMNS order. */
+export const auditRow = (e: AuditEntry): (string | number | null)[] => [
+  e.time, e.kind, e.replica, e.route, e.method ?? null, e.resource ?? null, e.token ?? null, e.keyHash ?? null,
+  e.fingerprint ?? null, e.outcome ?? null, e.result ?? null, e.unknown ?? null, e.abandoned ? 1 : 0,
+  e.duplicate ? 1 : 0, e.overtaken ? 1 : 0, e.status ?? null, e.upstreamStatus ?? null,
+  e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null,
+]
+
+/**
+ * The aggregate query; `p(n)` writes the n-th (1-based) placeholder: 1 since, 2 until, 3 route
+ * (NULL for every route). One row per route.
+ */
+export function auditQuerySql(table: string, p: (n: number) => string): string {
+  const unknowns = '((CASE WHEN a.unknown IS NOT NULL THEN 1 ELSE 0 END) + a.abandoned)'
+  const count = (cond: string) => `sum(CASE WHEN ${cond} THEN 1 ELSE 0 END)`
+  return `SELECT a.route AS route, count(*) AS attempts, count(DISTINCT a.key_hash) AS keys,
+    ${count("a.outcome = 'forwarded'")} AS forwarded,
+    ${count("a.outcome = 'replayed'")} AS replayed,
+    ${count("a.outcome = 'stale'")} AS stale,
+    ${count("a.outcome = 'token_missing'")} AS token_missing,
+    ${count("a.outcome = 'in_flight'")} AS in_flight,
+    ${count("a.outcome = 'key_reused'")} AS key_reused,
+    ${count("a.result = 'released'")} AS released,
+    sum(a.duplicate) AS duplicate_forwards,
+    sum(a.overtaken) AS overtaken,
+    sum(${unknowns}) AS unknown_total,
+    sum(CASE WHEN ${unknowns} > 0 AND a.key_hash IS NOT NULL AND EXISTS (
+      SELECT 1 FROM ${table} r WHERE r.kind = 'resolve' AND r.route = a.route AND r.key_hash = a.key_hash
+        AND r.time >= a.time AND r.time < ${p(2)}) THEN ${unknowns} ELSE 0 END) AS unknown_resolved
+  FROM ${table} a
+  WHERE a.kind = 'attempt' AND a.time >= ${p(1)} AND a.time < ${p(2)} AND (CAST(${p(3)} AS TEXT) IS NULL OR a.route = ${p(3)})
+  GROUP BY a.route`
+}
+
+/** Turns the query's rows (numbers, or numeric strings from pg) into counts sorted by route. */
+export function countsFromRows(rows: Record<string, unknown>[]): AuditCounts[] {
+  const n = (v: unknown) => Number(v ?? 0)
+  return rows.map((r) => {
+    const resolved = n(r.unknown_resolved)
+    return {
+      ...emptyCounts(String(r.route)),
+      attempts: n(r.attempts), keys: n(r.keys), forwarded: n(r.forwarded), replayed: n(r.replayed),
+      stale: n(r.stale), tokenMissing: n(r.token_missing), inFlightConflicts: n(r.in_flight),
+      keyReused: n(r.key_reused), released: n(r.released),
+      unknownOutcomes: { resolved, unresolved: n(r.unknown_total) - resolved },
+      duplicateForwards: n(r.duplicate_forwards), overtaken: n(r.overtaken),
+    }
+  }).sort((a, b) => (a.route < b.route ? -1 : a.route > b.route ? 1 : 0))
+}

@@ -1,0 +1,135 @@
+/**
+ * The attempt log (contract §8): one entry per decision the gateway made, appended by the
+ * request path through a bounded queue (src/audit/queue.ts) and kept by the store. Entries
+ * never carry a raw idempotency key: `keyHash` is the hex SHA-256 of scope and key.
+ */
+import type { Outcome } from '../problems.js'
+import type { UnknownReason } from '../store/types.js'
+
+/** One decision: a request's attempt, or an operator's resolution of an unknown outcome. */
+export interface AuditEntry {
+  /** epoch ms when the decision was made (the request ended, or the resolution was written) */
+  time: number
+  /** `attempt`: a request; `resolve`: `fencegate resolve` (CLI or admin) settled a key */
+  kind: 'attempt' | 'resolve'
+  /** hostname:pid of the gateway process (or the CLI) that wrote it */
+  replica: string
+  route: string
+  method?: string
+  /** the filled fencing resource, when fencing checked the request */
+  resource?: string
+  /** the fencing token as a decimal string */
+  token?: string
+  /** hex SHA-256 of scope and key (`auditKeyHash`); never the key */
+  keyHash?: string
+  /** the request fingerprint (hex SHA-256 of method, path, query, content type, body) */
+  fingerprint?: string
+  /** contract §6 outcome of the attempt */
+  outcome?: Outcome
+  /** idempotency result (stored, replayed, in_flight, key_reused, released, not_stored) */
+  result?: string
+  /** set when this attempt's own outcome became unknown (sent, no complete response) */
+  unknown?: UnknownReason
+  /** this attempt found an earlier attempt of its key abandoned past its lease (reason crash) */
+  abandoned?: boolean
+  /** this attempt forwarded a key again after an unknown outcome (unknownOutcome: retry) */
+  duplicate?: boolean
+  /** an older-token request for the resource completed after a newer-token one was forwarded */
+  overtaken?: boolean
+  /** status sent to the client (499: the client left) */
+  status?: number
+  /** status the upstream answered, when it answered */
+  upstreamStatus?: number
+  durationMs?: number
+  /** W3C trace id of the request's SERVER span, when tracing is on */
+  traceId?: string
+  /** kind `resolve`: what the operator declared */
+  resolution?: 'completed' | 'failed'
+}
+
+/** Counts of one route over a window (contract §8, without `claim`). */
+export interface AuditCounts {
+  route: string
+  attempts: number
+  keys: number
+  forwarded: number
+  replayed: number
+  stale: number
+  tokenMissing: number
+  inFlightConflicts: number
+  keyReused: number
+  released: number
+  unknownOutcomes: { resolved: number; unresolved: number }
+  duplicateForwards: number
+  overtaken: number
+}
+
+/**
+ * Where the attempt log is kept: each store implements it next to its own state (a table, a
+ * Redis stream, a ring buffer in memory).
+ */
+export interface AuditLog {
+  /** Appends entries in order; entries older than the retention may be dropped now or later. */
+  append(batch: readonly AuditEntry[]): Promise<void>
+  /**
+   * Aggregated counts per route of the attempts with `since <= time < until`, routes sorted by
+   * name; only `route` when given. An unknown outcome counts as resolved when a `resolve` entry
+   * for the same route and key hash was written at or after it (before `until`).
+   */
+  query(since: number, until: number, route?: string): Promise<AuditCounts[]>
+}
+
+export const emptyCounts = (route: string): AuditCounts => ({
+  route, attempts: 0, keys: 0, forwarded: 0, replayed: 0, stale: 0, tokenMissing: 0,
+  inFlightConflicts: 0, keyReused: 0, released: 0, unknownOutcomes: { resolved: 0, unresolved: 0 },
+  duplicateForwards: 0, overtaken: 0,
+})
+
+/**
+ * The aggregation of `AuditLog.query` over entries in memory (memory and redis stores; the SQL
+ * stores run the same rules as one query). `entries` may hold more than the window.
+ */
+export function aggregate(entries: Iterable<AuditEntry>, since: number, until: number, route?: string): AuditCounts[] {
+  const byRoute = new Map<string, AuditCounts & { keySet: Set<string> }>()
+  /** latest resolution time per route + key hash */
+  const resolvedAt = new Map<string, number[]>()
+  const unknowns: { counts: AuditCounts; id: string | undefined; time: number }[] = []
+  for (const e of entries) {
+    if (e.time < since || e.time >= until || (route !== undefined && e.route !== route)) continue
+    if (e.kind === 'resolve') {
+      if (e.keyHash) {
+        const id = `${e.route}\n${e.keyHash}`
+        const list = resolvedAt.get(id) ?? []
+        list.push(e.time)
+        resolvedAt.set(id, list)
+      }
+      continue
+    }
+    let c = byRoute.get(e.route)
+    if (!c) byRoute.set(e.route, c = { ...emptyCounts(e.route), keySet: new Set() })
+    c.attempts++
+    if (e.keyHash) c.keySet.add(e.keyHash)
+    switch (e.outcome) {
+      case 'forwarded': c.forwarded++; break
+      case 'replayed': c.replayed++; break
+      case 'stale': c.stale++; break
+      case 'token_missing': c.tokenMissing++; break
+      case 'in_flight': c.inFlightConflicts++; break
+      case 'key_reused': c.keyReused++; break
+    }
+    if (e.result === 'released') c.released++
+    if (e.duplicate) c.duplicateForwards++
+    if (e.overtaken) c.overtaken++
+    const id = e.keyHash ? `${e.route}\n${e.keyHash}` : undefined
+    if (e.unknown) unknowns.push({ counts: c, id, time: e.time })
+    if (e.abandoned) unknowns.push({ counts: c, id, time: e.time })
+  }
+  for (const u of unknowns) {
+    const settled = u.id !== undefined && (resolvedAt.get(u.id) ?? []).some((t) => t >= u.time)
+    if (settled) u.counts.unknownOutcomes.resolved++
+    else u.counts.unknownOutcomes.unresolved++
+  }
+  return [...byRoute.values()]
+    .map(({ keySet, ...c }) => ({ ...c, keys: keySet.size }))
+    .sort((a, b) => (a.route < b.route ? -1 : a.route > b.route ? 1 : 0))
+}

@@ -1,0 +1,308 @@
+// The attempt log and the exactly-once report (contract §8), and operator resolution of an
+// unknown outcome (issue 5 §2), through a real gateway, real sockets, real stores, and the
+// real CLI (dist/src/cli.js, built by `npm test`'s pretest).
+import { spawnSync } from 'node:child_process'
+import { writeFileSync, rmSync } from 'node:fs'
+import { hostname } from 'node:os'
+import { join } from 'node:path'
+import { randomUUID } from 'node:crypto'
+import { afterEach, describe, expect, test } from 'vitest'
+import Database from 'better-sqlite3'
+import pg from 'pg'
+import { CLI, startTestGateway, tempDir, type TestGateway } from '../helpers/gateway.js'
+import { startUpstream, type Upstream } from '../helpers/upstream.js'
+import { metric, metrics, post, send } from '../helpers/http.js'
+
+const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const TOKEN = 'audit-secret'
+const auth = { authorization: `Bearer ${TOKEN}` }
+
+const cleanups: (() => Promise<void> | void)[] = []
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c()
+})
+
+/** Writes the config to a file (so the CLI reads the same one) and starts a gateway on it. */
+async function setup(store: string, routes: string, extra = ''): Promise<{ gw: TestGateway; up: Upstream; file: string; dir: string }> {
+  const up = await startUpstream()
+  cleanups.push(() => up.close())
+  const dir = tempDir('fg-audit-')
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+  const text = `admin:
+  listen: 127.0.0.1:0
+  token: ${TOKEN}
+store:
+${store.replaceAll('@DIR@', dir)}
+${extra}routes:
+${routes.replaceAll('@UP@', up.url)}`
+  const file = join(dir, 'fencegate.yaml')
+  writeFileSync(file, `listen: 127.0.0.1:0\n${text}`)
+  const gw = await startTestGateway(text)
+  cleanups.push(() => gw.close())
+  return { gw, up, file, dir }
+}
+
+const PAYMENTS = `  - name: payments
+    match:
+      path: /accounts/:account/*
+      methods: [POST]
+    upstream:
+      url: @UP@
+      timeout: 2s
+    fencing:
+      resource: "account:{param.account}"
+    idempotency:
+      required: true
+`
+
+function cli(...args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000 })
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr }
+}
+
+/** Polls `fn` until `ok` holds (entries are written asynchronously, after the response). */
+async function until<T>(fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 5000): Promise<T> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const v = await fn()
+    if (ok(v) || Date.now() > deadline) return v
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+const auditJson = (file: string, ...args: string[]) => {
+  const r = cli('audit', '--config', file, '--json', ...args)
+  if (r.status !== 0) throw new Error(`fencegate audit exited ${r.status}: ${r.stderr}`)
+  return JSON.parse(r.stdout)
+}
+
+/** The seed's timeline: worker A (33) charges, worker B (34) retries the same job, A (33) again. */
+async function seedTimeline(gw: TestGateway) {
+  const body = { amount: 1000, currency: 'eur' }
+  const a1 = await post(`${gw.url}/accounts/acct-1/charges`, body, { 'fencing-token': '33', 'idempotency-key': 'job-7' })
+  const b = await post(`${gw.url}/accounts/acct-1/charges`, body, { 'fencing-token': '34', 'idempotency-key': 'job-7' })
+  const a2 = await post(`${gw.url}/accounts/acct-1/charges`, body, { 'fencing-token': '33', 'idempotency-key': 'job-7' })
+  return [a1.status, b.status, b.headers['idempotent-replayed'], a2.status]
+}
+
+describe('attempt log (sqlite store)', () => {
+  test('a forwarded, a replayed and a stale request are each recorded with what the gateway decided, never the raw key', async () => {
+    const { gw, dir } = await setup('  kind: sqlite\n  path: @DIR@/fg.db', PAYMENTS)
+    expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
+
+    const db = new Database(join(dir, 'fg.db'), { readonly: true })
+    cleanups.push(() => db.close())
+    const rows = await until(() => db.prepare('SELECT * FROM fg_audit_v1 ORDER BY rowid').all() as Record<string, unknown>[], (r) => r.length >= 3)
+    expect(rows.map((r) => [r.outcome, r.token, r.status, r.upstream_status])).toEqual([
+      ['forwarded', '33', 201, 201],
+      ['replayed', '34', 201, null],
+      ['stale', '33', 412, null],
+    ])
+    for (const r of rows) {
+      expect(r).toMatchObject({ kind: 'attempt', route: 'payments', method: 'POST', resource: 'account:acct-1', replica: `${hostname()}:${process.pid}` })
+      expect(r.time as number).toBeGreaterThan(Date.now() - 60_000)
+      expect(r.duration_ms as number).toBeGreaterThanOrEqual(0)
+      expect(r.trace_id).toBeNull() // tracing is off
+    }
+    // the key is there only as its hash; the stale request never reached idempotency
+    expect(rows[0].key_hash).toMatch(/^[0-9a-f]{64}$/)
+    expect(rows[1].key_hash).toBe(rows[0].key_hash)
+    expect(rows[2].key_hash).toBeNull()
+    expect(rows[0].fingerprint).toMatch(/^[0-9a-f]{64}$/)
+    expect(rows[0].result).toBe('stored')
+    expect(rows[1].result).toBe('replayed')
+    expect(JSON.stringify(rows)).not.toContain('job-7')
+  })
+})
+
+describe('fencegate audit and GET /audit', () => {
+  test('the seed timeline (33, 34 replayed, 33 stale) reads forwarded 1, replayed 1, stale 1, from the CLI and the admin API alike', async () => {
+    const { gw, file } = await setup('  kind: sqlite\n  path: @DIR@/fg.db', PAYMENTS + `  - name: reads
+    match:
+      path: /accounts/:account/*
+    upstream:
+      url: @UP@
+`)
+    expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
+    expect((await send(`${gw.url}/accounts/acct-1/charges`)).status).toBe(201) // a read, on the unfenced route
+
+    const report = await until(() => auditJson(file), (r) => r.routes[0].attempts === 3 && r.routes[1].attempts === 1)
+    expect(Object.keys(report)).toEqual(['since', 'until', 'routes'])
+    expect(Date.parse(report.until) - Date.parse(report.since)).toBe(24 * 3_600_000) // --since defaults to 24h
+    expect(report.until).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/)
+    const [payments, reads] = report.routes
+    expect(Object.keys(payments)).toEqual(['route', 'attempts', 'keys', 'forwarded', 'replayed', 'stale', 'tokenMissing',
+      'inFlightConflicts', 'keyReused', 'released', 'unknownOutcomes', 'duplicateForwards', 'overtaken', 'claim'])
+    const { claim, ...counts } = payments
+    expect(counts).toEqual({
+      route: 'payments', attempts: 3, keys: 1, forwarded: 1, replayed: 1, stale: 1, tokenMissing: 0,
+      inFlightConflicts: 0, keyReused: 0, released: 0, unknownOutcomes: { resolved: 0, unresolved: 0 },
+      duplicateForwards: 0, overtaken: 0,
+    })
+    expect(claim.guarantees.length).toBeGreaterThan(0)
+    expect(claim.assumptions.length).toBeGreaterThan(0)
+    expect(claim.notGuaranteed.length).toBeGreaterThan(0)
+    expect(claim.guarantees.join(' ')).toMatch(/At most once per key/)
+    expect(reads).toMatchObject({ route: 'reads', attempts: 1, forwarded: 1, keys: 0 })
+    expect(reads.claim.notGuaranteed[0]).toMatch(/Neither fencing nor idempotency/)
+
+    // --route and --since narrow it
+    const only = auditJson(file, '--route', 'payments', '--since', '1h')
+    expect(only.routes.map((r: { route: string }) => r.route)).toEqual(['payments'])
+    expect(Date.parse(only.until) - Date.parse(only.since)).toBe(3_600_000)
+    expect(only.routes[0].forwarded).toBe(1)
+    const future = auditJson(file, '--since', new Date(Date.now() + 60_000).toISOString())
+    expect(future.routes[0].attempts).toBe(0)
+
+    // the admin API answers with the same JSON
+    const r = await send(`${gw.adminUrl}/audit?since=1h&route=payments`, { headers: auth })
+    expect(r.status).toBe(200)
+    expect(r.headers['content-type']).toMatch(/^application\/json/)
+    const viaAdmin = r.json()
+    expect({ ...viaAdmin, since: 0, until: 0 }).toEqual({ ...only, since: 0, until: 0 })
+
+    // people get a table per route
+    const human = cli('audit', '--config', file, '--route', 'payments')
+    expect(human.status).toBe(0)
+    expect(human.stdout).toMatch(/^route payments$/m)
+    expect(human.stdout).toMatch(/^ {2}forwarded +1 /m)
+    expect(human.stdout).toMatch(/^ {2}replayed +1 /m)
+    expect(human.stdout).toMatch(/^ {2}stale +1 /m)
+    expect(human.stdout).toMatch(/^ {2}guarantees:$/m)
+    expect(human.stdout).toMatch(/^ {2}not guaranteed:$/m)
+
+    // mistakes are told, with exit 2
+    const bad = cli('audit', '--config', file, '--route', 'nope')
+    expect(bad.status).toBe(2)
+    expect(bad.stderr).toMatch(/no route named "nope"/)
+    expect(cli('audit', '--config', file, '--since', 'yesterday').status).toBe(2)
+  })
+
+  test('GET /audit needs the admin token (401 with WWW-Authenticate), and says what is wrong with a bad query', async () => {
+    const { gw } = await setup('  kind: memory', PAYMENTS)
+    const r = await send(`${gw.adminUrl}/audit`)
+    expect(r.status).toBe(401)
+    expect(r.headers['www-authenticate']).toMatch(/^Bearer/)
+    expect(r.headers['content-type']).toBe('application/problem+json')
+    const wrong = await send(`${gw.adminUrl}/audit`, { headers: { authorization: 'Bearer nope' } })
+    expect(wrong.status).toBe(401)
+    // the memory store's log lives in the process: the admin API is how to read it
+    expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
+    const ok = await until(async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json(), (j) => j.routes[0].attempts === 3)
+    expect(ok.routes[0]).toMatchObject({ forwarded: 1, replayed: 1, stale: 1 })
+    const badSince = await send(`${gw.adminUrl}/audit?since=soon`, { headers: auth })
+    expect(badSince.status).toBe(400)
+    expect(badSince.json().type).toBe('urn:fencegate:problem:bad-request')
+    expect((await send(`${gw.adminUrl}/audit?route=nope`, { headers: auth })).status).toBe(400)
+  })
+})
+
+describe('overtaken writes in the report', () => {
+  test('an older-token write that ends after a newer one was sent is counted as overtaken', async () => {
+    const { gw, up } = await setup('  kind: memory', `  - name: ledger
+    match:
+      path: /ledger/:account/*
+    upstream:
+      url: @UP@
+      timeout: 5s
+    fencing:
+      resource: "account:{param.account}"
+`)
+    const slow = post(`${gw.url}/ledger/a/apply?ms=500`, { n: 1 }, { 'fencing-token': '5' })
+    await until(() => up.applied.length, (n) => n >= 1)
+    expect((await post(`${gw.url}/ledger/a/apply?ms=0`, { n: 2 }, { 'fencing-token': '6' })).status).toBe(201)
+    expect((await slow).status).toBe(201)
+    // the upstream applied 5 after 6: only the upstream's own check could have stopped that
+    expect(up.applied.filter((x) => x.event === 'applied').map((x) => x.token)).toEqual(['6', '5'])
+    const report = await until(async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json(), (j) => j.routes[0].attempts === 2)
+    expect(report.routes[0]).toMatchObject({ attempts: 2, forwarded: 2, stale: 0, overtaken: 1 })
+  })
+})
+
+describe('resolving an unknown outcome', () => {
+  const HANGING = `  - name: ledger
+    match:
+      path: /ledger/*
+    upstream:
+      url: @UP@
+      timeout: 300ms
+    idempotency:
+      required: true
+`
+
+  test('a key answering 409 outcome-unknown becomes retryable (failed) with the CLI, then settled (completed) with POST /resolve; the report counts both', async () => {
+    const { gw, up, file } = await setup('  kind: sqlite\n  path: @DIR@/fg.db', HANGING)
+    const url = `${gw.url}/ledger/apply-then-hang`
+    const key = { 'idempotency-key': '"pay-42"' }
+    // the upstream applies the effect and never answers: the outcome is unknown
+    expect((await post(url, { amount: 5 }, key)).status).toBe(504)
+    const blocked = await post(url, { amount: 5 }, key)
+    expect(blocked.status).toBe(409)
+    expect(blocked.json().type).toBe('urn:fencegate:problem:outcome-unknown')
+    expect(up.count('/ledger/apply-then-hang')).toBe(1)
+
+    let report = await until(() => auditJson(file), (r) => r.routes[0].attempts === 2)
+    expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 0, unresolved: 1 })
+
+    // the operator checked the upstream and found nothing applied: failed
+    const r = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed')
+    expect(r.stderr).toBe('')
+    expect(r.status).toBe(0)
+    expect(r.stdout).toMatch(/outcome was unknown \(timeout\); resolved as failed: released/)
+    expect(r.stdout).not.toContain('pay-42')
+    // the retry is forwarded again (and hangs again: a second unknown outcome)
+    expect((await post(url, { amount: 5 }, key)).status).toBe(504)
+    expect(up.count('/ledger/apply-then-hang')).toBe(2)
+    report = await until(() => auditJson(file), (x) => x.routes[0].attempts === 3)
+    expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 1, unresolved: 1 })
+
+    // this time the operator finds it applied: completed, over the admin API
+    const noToken = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed' }) })
+    expect(noToken.status).toBe(401)
+    const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed' }) })
+    expect(done.status).toBe(200)
+    expect(done.json()).toMatchObject({ route: 'ledger', resolution: 'completed', previousReason: 'timeout', keyHash: expect.stringMatching(/^[0-9a-f]{64}$/) })
+    const after = await post(url, { amount: 5 }, key)
+    expect(after.status).toBe(409)
+    expect(after.json()).toMatchObject({ type: 'urn:fencegate:problem:response-not-stored', resolvedBy: 'operator' })
+    expect(up.count('/ledger/apply-then-hang')).toBe(2)
+    report = await until(() => auditJson(file), (x) => x.routes[0].attempts === 4)
+    expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 2, unresolved: 0 })
+
+    // nothing left to resolve: said so, exit 1; a key never used: 404 on the admin API
+    const again = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed')
+    expect(again.status).toBe(1)
+    expect(again.stderr).toMatch(/Only an unknown outcome can be resolved/)
+    const missing = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'never', as: 'failed' }) })
+    expect(missing.status).toBe(404)
+    expect(missing.json().type).toBe('urn:fencegate:problem:record-not-found')
+    const badAs = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'maybe')
+    expect(badAs.status).toBe(2)
+  })
+})
+
+describe('a full audit queue', () => {
+  test('drops entries and counts them, and every request is still answered normally', async () => {
+    const schema = `fgaudit_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+    const admin = new pg.Client({ connectionString: PG_URL })
+    await admin.connect()
+    cleanups.push(async () => { await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`); await admin.end() })
+    const { gw } = await setup(`  kind: postgres\n  url: ${PG_URL}\n  schema: ${schema}`, PAYMENTS, 'audit:\n  queueSize: 3\n')
+    // hold the attempt log table: appends wait, and the queue behind them fills up
+    await admin.query('BEGIN')
+    await admin.query(`LOCK TABLE "${schema}".fg_audit_v1 IN ACCESS EXCLUSIVE MODE`)
+    const statuses: number[] = []
+    for (let i = 0; i < 12; i++) {
+      const r = await post(`${gw.url}/accounts/acct-${i}/charges`, { amount: i }, { 'fencing-token': '1', 'idempotency-key': `k-${i}` })
+      statuses.push(r.status)
+    }
+    expect(statuses).toEqual(Array(12).fill(201))
+    const dropped = metric(await metrics(gw.adminUrl, TOKEN), 'fencegate_audit_dropped_total', { reason: 'queue_full' })
+    expect(dropped).toBeGreaterThanOrEqual(12 - 1 - 3 - 1) // one batch waiting on the lock, three queued
+    await admin.query('COMMIT')
+    // what was not dropped is written once the table is free again
+    const report = await until(async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json(), (j) => j.routes[0].attempts === 12 - dropped)
+    expect(report.routes[0].attempts).toBe(12 - dropped)
+    expect(report.routes[0].forwarded).toBe(12 - dropped)
+  })
+})
