@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
 import { join } from 'node:path'
 import { writeFileSync, rmSync } from 'node:fs'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { tempDir, freePort, spawnGateway, type ChildGateway } from './helpers/gateway.js'
+import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
 import { post, send, metrics, metric } from './helpers/http.js'
 
 let up: Upstream
@@ -18,27 +18,7 @@ afterAll(async () => { await up?.close(); for (const d of dirs) rmSync(d, { recu
 async function configIn(dir: string, name: string, lease = '1s') {
   const port = await freePort(), admin = await freePort()
   const file = join(dir, `${name}.yaml`)
-  writeFileSync(file, `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-  kind: sqlite
-  path: ./shared.db
-shutdown:
-  grace: 5s
-routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${up.url}
-      timeout: 5s
-    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-      lease: ${lease}
-`)
+  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, lease, store: '  kind: sqlite\n  path: ./shared.db', top: 'shutdown:\n  grace: 5s\n' }))
   return { file, port, admin, log: join(dir, `${name}.log`) }
 }
 

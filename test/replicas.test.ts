@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { tempDir, freePort, spawnGateway, type ChildGateway } from './helpers/gateway.js'
+import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
 import { post, metrics, metric } from './helpers/http.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -60,24 +60,7 @@ describe.each(stores)('two replicas sharing $kind', (shared) => {
   const start = async (name: string) => {
     const port = await freePort(), admin = await freePort()
     const file = join(dir, `${name}.yaml`)
-    writeFileSync(file, `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-${shared.store}
-routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${up.url}
-      timeout: 5s
-    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-      lease: 10s
-`)
+    writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, store: shared.store, lease: '10s' }))
     return spawnGateway(file, port, admin, join(dir, `${name}.log`))
   }
 

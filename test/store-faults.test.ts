@@ -12,7 +12,7 @@ import { rmSync, writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import pg from 'pg'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { tempDir, freePort, spawnGateway, type ChildGateway } from './helpers/gateway.js'
+import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
 import { post, send, metrics, metric, type Reply } from './helpers/http.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -24,24 +24,7 @@ afterAll(async () => { await up?.close(); rmSync(dir, { recursive: true, force: 
 
 const configFor = (name: string, port: number, admin: number, store: string) => {
   const file = join(dir, `${name}.yaml`)
-  writeFileSync(file, `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-${store}
-  timeout: 500ms
-routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${up.url}
-      timeout: 5s
-    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-`)
+  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, store: `${store}\n  timeout: 500ms` }))
   return file
 }
 

@@ -7,7 +7,7 @@ import { rmSync, writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { CLI, tempDir, freePort, spawnGateway, type ChildGateway } from './helpers/gateway.js'
+import { CLI, tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
 import { post, send, metrics, metric } from './helpers/http.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -15,22 +15,7 @@ const prefix = `fgwork-${randomUUID().slice(0, 8)}`
 const dir = tempDir('fg-workers-')
 let up: Upstream
 
-const config = (port: number, admin: number, store: string) => `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-${store}
-routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${up.url}
-    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-`
+const config = (port: number, admin: number, store: string) => ledgerConfig({ port, admin, store, upstream: up.url })
 
 beforeAll(async () => { up = await startUpstream() })
 afterAll(async () => {

@@ -96,3 +96,29 @@ export async function spawnGateway(configPath: string, port: number, adminPort: 
 }
 
 export { writeFileSync }
+
+/**
+ * The config the child-process tests share: one fenced, idempotent route `/ledger/:res/*` in
+ * front of `upstream`. `store` is the indented body of the `store:` block; `top` adds
+ * top-level keys (e.g. a `shutdown:` block).
+ */
+export function ledgerConfig(o: { port: number; admin: number; store: string; upstream: string; lease?: string; top?: string }): string {
+  return `listen: 127.0.0.1:${o.port}
+admin:
+  listen: 127.0.0.1:${o.admin}
+store:
+${o.store}
+${o.top ?? ''}routes:
+  - name: ledger
+    match:
+      path: /ledger/:res/*
+    upstream:
+      url: ${o.upstream}
+      timeout: 5s
+    fencing:
+      resource: "{param.res}"
+    idempotency:
+      required: true
+      lease: ${o.lease ?? '30s'}
+`
+}
