@@ -1,0 +1,99 @@
+/**
+ * The floor: the least a Node reverse proxy can do — node:http in front of one undici Pool,
+ * configured like fencegate's (128 connections, keep-alive 4 s, no pipelining). It forwards
+ * method, path, headers (less hop-by-hop ones) and body, and streams the answer back. No routing,
+ * no checks, no metrics: fencegate's figures are quoted as a ratio of this one's.
+ *
+ *   node dist/bench/floor-proxy.js UPSTREAM_URL [PORT] [pipe|pipeline]
+ *
+ * PORT 0 or absent: a free port. The answer is streamed with `.pipe()` (default), or with
+ * `stream/promises` pipeline() — much slower on Node 20, kept to compare (BENCH_FLOOR=pipeline).
+ *
+ * Prints `listening http://127.0.0.1:PORT` once ready; exits when its stdin closes (the harness
+ * died) or on SIGTERM/SIGINT.
+ */
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { pipeline } from 'node:stream/promises'
+import { Pool, type Dispatcher } from 'undici'
+
+const upstreamUrl = process.argv[2]
+if (!upstreamUrl) {
+  process.stderr.write('usage: floor-proxy UPSTREAM_URL [PORT] [pipe|pipeline]\n')
+  process.exit(2)
+}
+const mode = process.argv[4] ?? 'pipe'
+if (mode !== 'pipe' && mode !== 'pipeline') {
+  process.stderr.write(`floor-proxy: streaming mode must be pipe or pipeline, got "${mode}"\n`)
+  process.exit(2)
+}
+const upstream = new URL(upstreamUrl)
+const pool = new Pool(upstream.origin, { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 })
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host'])
+
+function requestHeaders(raw: string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < raw.length; i += 2) {
+    if (!HOP_BY_HOP.has(raw[i].toLowerCase())) out.push(raw[i], raw[i + 1])
+  }
+  out.push('host', upstream.host)
+  return out
+}
+
+function responseHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  for (const name in headers) {
+    const v = headers[name]
+    if (v !== undefined && !HOP_BY_HOP.has(name)) out[name] = v
+  }
+  return out
+}
+
+const server = http.createServer(async (req, res) => {
+  const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
+  let up: Dispatcher.ResponseData
+  try {
+    up = await pool.request({
+      path: req.url ?? '/',
+      method: req.method as Dispatcher.HttpMethod,
+      headers: requestHeaders(req.rawHeaders),
+      body: hasBody ? req : null,
+    })
+  } catch (e) {
+    if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' })
+    res.end(`floor-proxy: upstream failed: ${(e as Error).message}\n`)
+    return
+  }
+  res.writeHead(up.statusCode, responseHeaders(up.headers))
+  const body = up.body
+  if (mode === 'pipeline') {
+    try {
+      await pipeline(body, res)
+    } catch {
+      body.destroy()
+      res.destroy()
+    }
+    return
+  }
+  // .pipe() by default: stream/promises pipeline() allocates an AbortController per call, aborts
+  // it (building a DOMException) when done and adds several listeners; on Node 20 that cut this
+  // proxy's req/s by ~40 %. The floor is the least a proxy must do, with the same failure handling.
+  body.once('error', () => res.destroy())
+  res.once('close', () => { if (!res.writableFinished) body.destroy() })
+  body.pipe(res)
+})
+server.keepAliveTimeout = 10_000
+
+server.listen(Number(process.argv[3] ?? 0), '127.0.0.1', () => {
+  const { port } = server.address() as AddressInfo
+  process.stdout.write(`listening http://127.0.0.1:${port}\n`)
+})
+
+const stop = () => {
+  server.closeAllConnections()
+  server.close(() => { pool.close().finally(() => process.exit(0)) })
+}
+process.once('SIGTERM', stop)
+process.once('SIGINT', stop)
+process.stdin.on('end', stop).on('error', stop).resume()

@@ -1,0 +1,740 @@
+/**
+ * fencegate's benchmark harness: one run measures the bare upstream, the floor (a bare
+ * node:http + undici proxy, bench/floor-proxy.ts) and fencegate with the memory and the sqlite
+ * store, each in its own process, and prints the median of BENCH_ROUNDS rounds per target.
+ *
+ *   npm run bench                                   (build, then node dist/bench/run.js)
+ *   BENCH_SECONDS=3 BENCH_ROUNDS=1 npm run bench    (a quick check)
+ *
+ * Environment:
+ *   BENCH_SECONDS      measured seconds per run (5)
+ *   BENCH_ROUNDS       rounds; targets alternate within a round, odd rounds in reverse order (2)
+ *   BENCH_WARMUP       warm-up seconds before each measured run, 0 for none (1)
+ *   BENCH_CONNECTIONS  concurrent connections (50)
+ *   BENCH_UPSTREAM     nginx | node: force the upstream (default nginx when on PATH, else node)
+ *   BENCH_FLOOR        pipe | pipeline: how the floor streams the answer back (pipe, the leaner)
+ *   BENCH_ONLY         comma list of targets to run: upstream, floor, memory, sqlite, or one
+ *                      scenario of a store: memory:unique, sqlite:replay… (all)
+ *   BENCH_CPU_PROF     a folder: run the gateways and the floor under `node --cpu-prof`, profiles there
+ *   BENCH_KEEP         1: keep the temp folder (configs, logs, sqlite file) and print its path
+ *
+ * Scenarios (POST, small JSON body, 50 connections, no pipelining):
+ *   unique  every request a new Idempotency-Key; each connection writes its own account
+ *           (the fencing resource) with a token that only goes up — stored, forwarded
+ *   replay  one key, token and body repeated after one first call — answered from the store,
+ *           the upstream is not called
+ * The bare upstream and the floor get the `unique` request stream (they ignore the headers).
+ */
+import autocannon from 'autocannon'
+import { spawn, spawnSync, execFileSync, type ChildProcess } from 'node:child_process'
+import { createInterface } from 'node:readline'
+import { mkdtempSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, renameSync, rmSync, existsSync } from 'node:fs'
+import { setTimeout as sleep } from 'node:timers/promises'
+import net from 'node:net'
+import os from 'node:os'
+import { join, resolve } from 'node:path'
+import { randomBytes } from 'node:crypto'
+
+// ---------------------------------------------------------------------------------- settings
+
+/** A mistake in the settings or the environment: reported by its message, without a stack. */
+class BenchError extends Error {}
+
+/** bad settings, reported by main() (module-level code must not throw) */
+const settingErrors: string[] = []
+
+function envNumber(name: string, fallback: number, min: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n < min) {
+    settingErrors.push(`${name} must be a number ≥ ${min}, got "${raw}"`)
+    return fallback
+  }
+  return n
+}
+
+const SECONDS = envNumber('BENCH_SECONDS', 5, 1)
+const ROUNDS = Math.floor(envNumber('BENCH_ROUNDS', 2, 1))
+const WARMUP = envNumber('BENCH_WARMUP', 1, 0)
+const CONNECTIONS = Math.floor(envNumber('BENCH_CONNECTIONS', 50, 1))
+const CPU_PROF = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined
+const KEEP = process.env.BENCH_KEEP === '1'
+const FLOOR_MODE = process.env.BENCH_FLOOR ?? 'pipe'
+if (FLOOR_MODE !== 'pipe' && FLOOR_MODE !== 'pipeline') settingErrors.push(`BENCH_FLOOR must be pipe or pipeline, got "${FLOOR_MODE}"`)
+const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim()).filter(Boolean)) : undefined
+
+const HERE = import.meta.dirname // dist/bench
+const ROOT = resolve(HERE, '../..')
+const CLI = resolve(ROOT, 'dist/src/cli.js')
+const RESULTS = resolve(ROOT, 'bench/results')
+
+/** % of one core that processes outside the bench may use during a run before it is flagged */
+const FOREIGN_LIMIT = 15
+
+const BODY = '{"amount":1250,"currency":"EUR","to":"acct-target","memo":"bench"}'
+const BASE_HEADERS = { 'content-type': 'application/json' }
+
+// ----------------------------------------------------------------------- child processes
+
+interface Child {
+  name: string
+  proc: ChildProcess
+  log: string
+  exited: Promise<void>
+}
+
+const children: Child[] = []
+let tmp: string | undefined
+
+const running = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null
+
+function tail(file: string, lines = 20): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n')
+  } catch {
+    return '(no log)'
+  }
+}
+
+/**
+ * Starts a child with stdout piped (to read its ready line) and stderr to a log file. Node
+ * children get a stdin pipe: they exit when it closes, so they die with the harness even on kill -9.
+ */
+function start(name: string, cmd: string, args: string[], opts: { stdinPipe?: boolean } = {}): Child {
+  const log = join(tmp!, `${name}.log`)
+  const fd = openSync(log, 'a')
+  const proc = spawn(cmd, args, { cwd: ROOT, stdio: [opts.stdinPipe ? 'pipe' : 'ignore', 'pipe', fd], env: process.env })
+  closeSync(fd)
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()))
+  proc.once('error', () => {}) // reported through waitReady / exitCode
+  const child = { name, proc, log, exited }
+  children.push(child)
+  return child
+}
+
+/** Resolves with the first capture of `re` in the child's stdout; rejects when it exits first. */
+function waitLine(child: Child, re: RegExp, timeoutMs = 15_000): Promise<string> {
+  return new Promise((ok, fail) => {
+    const rl = createInterface({ input: child.proc.stdout! })
+    const done = (err?: Error, value?: string) => {
+      clearTimeout(timer)
+      rl.off('line', onLine)
+      child.proc.off('exit', onExit)
+      child.proc.off('error', onError)
+      child.proc.stdout!.resume() // keep draining whatever else it prints
+      if (err) fail(err)
+      else ok(value!)
+    }
+    const onLine = (line: string) => {
+      const m = re.exec(line)
+      if (m) done(undefined, m[1])
+    }
+    const onExit = () => done(new Error(`${child.name} exited (${child.proc.exitCode ?? child.proc.signalCode}) before it was ready:\n${tail(child.log)}`))
+    const onError = (e: Error) => done(new Error(`${child.name} could not start: ${e.message}`))
+    const timer = setTimeout(() => done(new Error(`${child.name} not ready after ${timeoutMs} ms:\n${tail(child.log)}`)), timeoutMs)
+    rl.on('line', onLine)
+    child.proc.once('exit', onExit)
+    child.proc.once('error', onError)
+  })
+}
+
+async function stopChild(c: Child, graceMs = 5_000): Promise<void> {
+  if (!running(c)) return
+  c.proc.kill('SIGTERM')
+  const late = await Promise.race([c.exited.then(() => false), sleep(graceMs).then(() => true)])
+  if (late && running(c)) {
+    c.proc.kill('SIGKILL')
+    await c.exited
+  }
+}
+
+let cleaned = false
+async function cleanup(): Promise<void> {
+  if (cleaned) return
+  cleaned = true
+  await Promise.all(children.slice().reverse().map((c) => stopChild(c).catch(() => {})))
+  if (tmp && !KEEP) rmSync(tmp, { recursive: true, force: true })
+  else if (tmp) process.stderr.write(`kept ${tmp}\n`)
+}
+
+// last resort (process.exit, an uncaught error): synchronous kill of whatever still runs
+process.on('exit', () => {
+  for (const c of children) if (running(c)) c.proc.kill('SIGKILL')
+})
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.once(sig, () => {
+    process.stderr.write(`\n${sig}: stopping the children\n`)
+    cleanup().finally(() => process.exit(130))
+  })
+}
+process.on('uncaughtException', (e) => {
+  process.stderr.write(`bench: ${e.stack ?? e.message}\n`)
+  cleanup().finally(() => process.exit(1))
+})
+
+// ------------------------------------------------------------------------------- helpers
+
+const freePort = () => new Promise<number>((ok, fail) => {
+  const s = net.createServer()
+  s.on('error', fail)
+  s.listen(0, '127.0.0.1', () => {
+    const { port } = s.address() as net.AddressInfo
+    s.close(() => ok(port))
+  })
+})
+
+/** Polls `url` until it answers `status`. */
+async function waitHttp(url: string, child: Child, status?: number, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (!running(child)) throw new Error(`${child.name} exited before it was ready:\n${tail(child.log)}`)
+    try {
+      const r = await fetch(url, { method: 'GET' })
+      await r.arrayBuffer()
+      if (status === undefined || r.status === status) return
+    } catch { /* not up yet */ }
+    if (Date.now() > deadline) throw new Error(`${child.name} not ready at ${url} after ${timeoutMs} ms:\n${tail(child.log)}`)
+    await sleep(50)
+  }
+}
+
+function median(xs: number[]): number {
+  const s = xs.slice().sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2
+}
+
+/** user+system CPU seconds of a process and its descendants (Linux /proc; undefined elsewhere). */
+function cpuSeconds(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined
+  const tick = 100 // USER_HZ, 100 on every mainstream Linux
+  const one = (p: number): number => {
+    const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return (Number(f[11]) + Number(f[12])) / tick // utime, stime
+  }
+  const kids = (p: number): number[] => {
+    try {
+      return readFileSync(`/proc/${p}/task/${p}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
+    } catch {
+      return []
+    }
+  }
+  try {
+    let total = 0
+    const todo = [pid]
+    while (todo.length) {
+      const p = todo.pop()!
+      total += one(p)
+      todo.push(...kids(p))
+    }
+    return total
+  } catch {
+    return undefined
+  }
+}
+
+/** Busy CPU seconds of the whole machine, all cores (Linux /proc/stat; undefined elsewhere). */
+function machineBusySeconds(): number | undefined {
+  try {
+    const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)
+    // user nice system idle iowait irq softirq steal (guest time is already in user)
+    const [user, nice, system, , , irq, softirq, steal] = f
+    return (user + nice + system + irq + softirq + (steal ?? 0)) / 100
+  } catch {
+    return undefined
+  }
+}
+
+/** CPU seconds used by the harness and every child it started. */
+function benchSeconds(): number | undefined {
+  let total = process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6
+  for (const c of children) {
+    if (!running(c)) continue
+    const s = cpuSeconds(c.proc.pid)
+    if (s === undefined) return undefined
+    total += s
+  }
+  return total
+}
+
+/**
+ * How much of the machine's CPU went to processes other than the bench's over `ms`, in % of one
+ * core: another job on the box skews every figure, so it is measured before and during runs.
+ */
+async function foreignLoad(ms: number): Promise<number | undefined> {
+  const m0 = machineBusySeconds(), b0 = benchSeconds(), t0 = performance.now()
+  await sleep(ms)
+  const m1 = machineBusySeconds(), b1 = benchSeconds(), wall = (performance.now() - t0) / 1000
+  if (m0 === undefined || m1 === undefined || b0 === undefined || b1 === undefined) return undefined
+  return Math.max(0, Math.round((((m1 - m0) - (b1 - b0)) / wall) * 100))
+}
+
+/**
+ * Sums the samples of a Prometheus (or OpenMetrics) text exposition whose name and labels
+ * match; undefined when the exposition has no such metric family (a renamed metric).
+ */
+function metricSum(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+  const family = name.replace(/_(count|sum|bucket)$/, '')
+  if (!text.includes(`# TYPE ${family} `) && !text.includes(`# TYPE ${family.replace(/_total$/, '')} `)) return undefined
+  let sum = 0
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
+    // name{labels} value [timestamp] [# {exemplar} value [timestamp]]; label values may hold spaces
+    const rest = line.slice(line.startsWith(`${name}{`) ? line.indexOf('}', name.length) + 1 : name.length)
+    const value = Number(rest.split(' # ')[0].trim().split(/\s+/)[0])
+    if (!Number.isFinite(value)) return undefined
+    sum += value
+  }
+  return sum
+}
+
+// ------------------------------------------------------------------------------ upstreams
+
+interface Upstream { kind: 'nginx' | 'node'; version: string; url: string; child: Child }
+
+function nginxVersion(): string | undefined {
+  const r = spawnSync('nginx', ['-v'], { encoding: 'utf8' })
+  if (r.error || r.status !== 0) return undefined
+  return (r.stderr || r.stdout).trim().replace(/^nginx version:\s*/, '')
+}
+
+async function startUpstream(): Promise<Upstream> {
+  const forced = process.env.BENCH_UPSTREAM
+  if (forced && forced !== 'nginx' && forced !== 'node') throw new BenchError(`BENCH_UPSTREAM must be nginx or node, got "${forced}"`)
+  const nginx = forced === 'node' ? undefined : nginxVersion()
+  if (forced === 'nginx' && !nginx) throw new BenchError('BENCH_UPSTREAM=nginx but no working nginx on PATH')
+  if (nginx) {
+    const port = await freePort()
+    const dir = join(tmp!, 'nginx')
+    mkdirSync(join(dir, 'logs'), { recursive: true })
+    const conf = join(dir, 'nginx.conf')
+    writeFileSync(conf, `# written by bench/run.ts
+daemon off;
+master_process on;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/client_body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 65s;
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      default_type application/json;
+      return 201 '{"ok":true}';
+    }
+  }
+}
+`)
+    const child = start('upstream-nginx', 'nginx', ['-p', dir, '-e', join(dir, 'logs/error.log'), '-c', conf])
+    const url = `http://127.0.0.1:${port}`
+    await waitHttp(`${url}/`, child, 201)
+    return { kind: 'nginx', version: nginx, url, child }
+  }
+  const child = start('upstream-node', process.execPath, [join(HERE, 'upstream.js'), '0'], { stdinPipe: true })
+  const url = await waitLine(child, /^listening (\S+)/)
+  return { kind: 'node', version: `node:http ${process.version}`, url, child }
+}
+
+/** node flags that write a CPU profile of a proxy to BENCH_CPU_PROF when it exits */
+function profileArgs(name: string): string[] {
+  if (!CPU_PROF) return []
+  mkdirSync(CPU_PROF, { recursive: true })
+  return ['--cpu-prof', '--cpu-prof-dir', CPU_PROF, '--cpu-prof-name', `${name}-${Date.now()}.cpuprofile`]
+}
+
+async function startFloor(upstream: string): Promise<{ url: string; child: Child }> {
+  const child = start('floor', process.execPath, [...profileArgs('floor'), join(HERE, 'floor-proxy.js'), upstream, '0', FLOOR_MODE], { stdinPipe: true })
+  return { url: await waitLine(child, /^listening (\S+)/), child }
+}
+
+interface Gateway { url: string; adminUrl: string; child: Child; config: string }
+
+async function startGateway(store: 'memory' | 'sqlite', upstream: string): Promise<Gateway> {
+  const [port, adminPort] = [await freePort(), await freePort()]
+  const config = join(tmp!, `fencegate-${store}.yaml`)
+  writeFileSync(config, `# written by bench/run.ts
+listen: 127.0.0.1:${port}
+admin:
+  listen: 127.0.0.1:${adminPort}
+store:
+  kind: ${store}
+  path: ${join(tmp!, 'fencegate.db')}
+routes:
+  - name: bench
+    match:
+      path: /accounts/:account/*
+      methods: [POST]
+    upstream:
+      url: ${upstream}
+    fencing:
+      resource: "account:{param.account}"
+    idempotency:
+      required: true
+`)
+  const child = start(`fencegate-${store}`, process.execPath, [...profileArgs(`fencegate-${store}`), CLI, '--config', config])
+  const url = await waitLine(child, / on (http:\/\/\S+) \(admin/)
+  const adminUrl = `http://127.0.0.1:${adminPort}`
+  await waitHttp(`${adminUrl}/readyz`, child, 200)
+  return { url, adminUrl, child, config }
+}
+
+// ------------------------------------------------------------------------------ scenarios
+
+type TargetName = 'upstream' | 'floor' | 'memory' | 'sqlite'
+type Scenario = 'unique' | 'replay'
+
+interface Target {
+  name: TargetName
+  scenario: Scenario
+  url: string
+  /** the process that does the proxying (or answering, for the bare upstream) */
+  child: Child
+  gateway?: Gateway
+}
+
+const runTag = randomBytes(3).toString('hex')
+let tokenSeq = 0 // fencing tokens: one counter for the whole run, so no resource ever sees one go back
+let keySeq = 0
+let connSeq = 0
+
+/**
+ * `unique`: each connection (autocannon client) writes its own account; each request gets the
+ * next token and a new key. A connection has one request in flight, so its tokens arrive in order.
+ */
+function uniqueRequests(): Pick<autocannon.Options, 'setupClient'> {
+  return {
+    setupClient(client) {
+      const path = `/accounts/acct-${runTag}-${++connSeq}/transfers`
+      client.setRequests([{
+        method: 'POST',
+        path,
+        body: BODY,
+        setupRequest: (req) => ({
+          ...req,
+          headers: { ...BASE_HEADERS, 'idempotency-key': `k-${runTag}-${++keySeq}`, 'fencing-token': String(++tokenSeq) },
+        }),
+      }])
+    },
+  }
+}
+
+/**
+ * `replay`: the same request every time. Rebuilt per request like `unique` (same load-generator
+ * cost), but with identical bytes.
+ */
+function replayRequests(headers: Record<string, string>, path: string): Pick<autocannon.Options, 'requests'> {
+  return {
+    requests: [{ method: 'POST', path, body: BODY, setupRequest: (req) => ({ ...req, headers: { ...headers } }) }],
+  }
+}
+
+/** The first call of a replay run: stored (201), then a second one must come back replayed. */
+async function primeReplay(url: string): Promise<{ headers: Record<string, string>; path: string }> {
+  const path = `/accounts/replay-${runTag}/transfers`
+  const headers = { ...BASE_HEADERS, 'idempotency-key': `replay-${runTag}-${++keySeq}`, 'fencing-token': String(++tokenSeq) }
+  const first = await fetch(url + path, { method: 'POST', headers, body: BODY })
+  const firstBody = await first.text()
+  if (first.status !== 201) throw new Error(`replay: first call answered ${first.status}: ${firstBody}`)
+  const again = await fetch(url + path, { method: 'POST', headers, body: BODY })
+  await again.arrayBuffer()
+  if (again.status !== 201 || again.headers.get('idempotent-replayed') !== 'true') {
+    throw new Error(`replay: second call answered ${again.status}, idempotent-replayed=${again.headers.get('idempotent-replayed')}`)
+  }
+  return { headers, path }
+}
+
+interface Figures {
+  round: number
+  rps: number
+  p50: number
+  p99: number
+  p999: number
+  total2xx: number
+  non2xx: number
+  errors: number
+  timeouts: number
+  statusCodes: Record<string, number>
+  /** % of one core used during the measured run (warm-up included) */
+  cpu: { target?: number; upstream?: number; loadgen: number; foreign?: number }
+  /** gateway counters over the run (warm-up included), when the target is fencegate */
+  gateway?: { stored: number; replayed: number; upstreamCalls: number; fencingRejections: number }
+  /** the run went wrong (errors, rejections, responses not stored): its figures mean nothing */
+  problems: string[]
+  /** the machine was busy with something else: the figures are low and noisy */
+  warnings: string[]
+}
+
+async function metrics(g: Gateway | undefined): Promise<string | undefined> {
+  if (!g) return undefined
+  const r = await fetch(`${g.adminUrl}/metrics`)
+  return r.text()
+}
+
+async function measure(t: Target, upstream: Upstream, round: number): Promise<Figures> {
+  let shape: Pick<autocannon.Options, 'setupClient' | 'requests'>
+  if (t.scenario === 'replay') {
+    const { headers, path } = await primeReplay(t.url)
+    shape = replayRequests(headers, path)
+  } else {
+    shape = uniqueRequests()
+  }
+  const before = await metrics(t.gateway)
+  const cpu0 = {
+    target: cpuSeconds(t.child.proc.pid),
+    upstream: t.child === upstream.child ? undefined : cpuSeconds(upstream.child.proc.pid),
+    self: process.cpuUsage(),
+    machine: machineBusySeconds(),
+    bench: benchSeconds(),
+    at: performance.now(),
+  }
+  const result = await autocannon({
+    url: t.url,
+    connections: CONNECTIONS,
+    pipelining: 1,
+    duration: SECONDS,
+    method: 'POST',
+    body: BODY,
+    headers: BASE_HEADERS,
+    ...(WARMUP > 0 ? { warmup: { connections: CONNECTIONS, duration: WARMUP } } : {}),
+    ...shape,
+  })
+  const wall = (performance.now() - cpu0.at) / 1000
+  const self = process.cpuUsage(cpu0.self)
+  const pct = (a?: number, b?: number) => (a === undefined || b === undefined ? undefined : Math.round(((b - a) / wall) * 100))
+  const machine = pct(cpu0.machine, machineBusySeconds())
+  const bench = pct(cpu0.bench, benchSeconds())
+  const foreign = machine === undefined || bench === undefined ? undefined : Math.max(0, machine - bench)
+  for (const c of children) {
+    if (!running(c)) throw new Error(`${c.name} exited (${c.proc.exitCode ?? c.proc.signalCode}) during the ${LABEL[t.name]} ${t.scenario} run; its log ends:\n${tail(c.log)}`)
+  }
+  const after = await metrics(t.gateway)
+  const problems: string[] = []
+  const warnings: string[] = []
+  if (foreign !== undefined && foreign > FOREIGN_LIMIT) warnings.push(`other processes used ${foreign}% of a core during the run: the machine was not quiet`)
+  if (result.non2xx) problems.push(`${result.non2xx} non-2xx answers: ${JSON.stringify(result.statusCodeStats)}`)
+  if (result.errors) problems.push(`${result.errors} connection errors`)
+  if (result.timeouts) problems.push(`${result.timeouts} timeouts`)
+  let gateway: Figures['gateway']
+  if (before !== undefined && after !== undefined) {
+    const missing: string[] = []
+    const d = (name: string, labels?: Record<string, string>) => {
+      const a = metricSum(after, name, labels)
+      if (a === undefined) { missing.push(name); return 0 }
+      return a - (metricSum(before, name, labels) ?? 0)
+    }
+    gateway = {
+      stored: d('fencegate_idempotency_total', { result: 'stored' }),
+      replayed: d('fencegate_idempotency_total', { result: 'replayed' }),
+      upstreamCalls: d('fencegate_upstream_duration_seconds_count'),
+      fencingRejections: d('fencegate_fencing_rejections_total'),
+    }
+    if (missing.length) {
+      warnings.push(`fencegate's /metrics has no ${[...new Set(missing)].join(', ')}: the checks that use them were skipped`)
+    } else {
+      const served = result['2xx'] + (result.warmup?.['2xx'] ?? 0)
+      if (gateway.fencingRejections) problems.push(`${gateway.fencingRejections} fencing rejections`)
+      if (t.scenario === 'unique' && gateway.stored < served) problems.push(`only ${gateway.stored} responses stored for ${served} answered`)
+      if (t.scenario === 'replay' && gateway.replayed < served) problems.push(`only ${gateway.replayed} replays for ${served} answered`)
+      if (t.scenario === 'replay' && gateway.upstreamCalls) problems.push(`${gateway.upstreamCalls} upstream calls during replays`)
+    }
+  }
+  const statusCodes: Record<string, number> = {}
+  for (const [code, s] of Object.entries(result.statusCodeStats)) statusCodes[code] = s.count
+  return {
+    round,
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    p999: result.latency.p99_9,
+    total2xx: result['2xx'],
+    non2xx: result.non2xx,
+    errors: result.errors,
+    timeouts: result.timeouts,
+    statusCodes,
+    cpu: {
+      target: pct(cpu0.target, cpuSeconds(t.child.proc.pid)),
+      upstream: pct(cpu0.upstream, t.child === upstream.child ? undefined : cpuSeconds(upstream.child.proc.pid)),
+      loadgen: Math.round(((self.user + self.system) / 1e6 / wall) * 100),
+      foreign,
+    },
+    gateway,
+    problems,
+    warnings,
+  }
+}
+
+// ------------------------------------------------------------------------------------ main
+
+const LABEL: Record<TargetName, string> = {
+  upstream: 'upstream (bare)',
+  floor: 'floor (node+undici)',
+  memory: 'fencegate memory',
+  sqlite: 'fencegate sqlite',
+}
+const TARGETS_WANTED: TargetName[] = ['upstream', 'floor', 'memory', 'sqlite']
+const TARGET_GOAL: Partial<Record<TargetName, number>> = { memory: 0.75, sqlite: 0.6 }
+
+function gitRevision(): string | undefined {
+  try {
+    const rev = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+    return dirty ? `${rev}+dirty-src` : rev
+  } catch {
+    return undefined
+  }
+}
+
+function pad(cells: string[], widths: number[], right: boolean[]): string {
+  return cells.map((c, i) => (right[i] ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  ')
+}
+
+async function main(): Promise<void> {
+  if (settingErrors.length) throw new BenchError(settingErrors.join('\n'))
+  if (!existsSync(CLI)) throw new BenchError(`${CLI} is missing: run \`npx tsc -p .\` first (npm run bench does)`)
+  const valid = new Set([...TARGETS_WANTED, 'memory:unique', 'memory:replay', 'sqlite:unique', 'sqlite:replay'])
+  for (const name of ONLY ?? []) if (!valid.has(name)) throw new BenchError(`BENCH_ONLY: unknown target "${name}" (${[...valid].join(', ')})`)
+  const pick = (name: TargetName, scenario?: Scenario) => !ONLY || ONLY.has(name) || (scenario !== undefined && ONLY.has(`${name}:${scenario}`))
+  const wanted = TARGETS_WANTED.filter((n) => pick(n, 'unique') || pick(n, 'replay'))
+  tmp = mkdtempSync(join(os.tmpdir(), 'fencegate-bench-'))
+
+  const upstream = await startUpstream()
+  const targets: Target[] = []
+  if (wanted.includes('upstream')) targets.push({ name: 'upstream', scenario: 'unique', url: upstream.url, child: upstream.child })
+  if (wanted.includes('floor')) {
+    const floor = await startFloor(upstream.url)
+    targets.push({ name: 'floor', scenario: 'unique', url: floor.url, child: floor.child })
+  }
+  for (const store of ['memory', 'sqlite'] as const) {
+    if (!wanted.includes(store)) continue
+    const g = await startGateway(store, upstream.url)
+    for (const scenario of ['unique', 'replay'] as const) {
+      if (pick(store, scenario)) targets.push({ name: store, scenario, url: g.url, child: g.child, gateway: g })
+    }
+  }
+
+  const cpus = os.cpus()
+  process.stdout.write(`fencegate bench: ${cpus.length} × ${cpus[0]?.model ?? '?'}, node ${process.version}, upstream ${upstream.kind} (${upstream.version})\n`)
+  const idleLoad = await foreignLoad(1_000)
+  if (idleLoad !== undefined && idleLoad > FOREIGN_LIMIT) {
+    process.stdout.write(`warning: other processes use ${idleLoad}% of a core before the runs; figures will be low and noisy\n`)
+  }
+  process.stdout.write(`${ROUNDS} round(s) × ${targets.length} runs of ${WARMUP}s warm-up + ${SECONDS}s, ${CONNECTIONS} connections, POST ${Buffer.byteLength(BODY)} B JSON, floor streams with ${FLOOR_MODE}\n\n`)
+
+  const figures = new Map<Target, Figures[]>(targets.map((t) => [t, []]))
+  for (let round = 1; round <= ROUNDS; round++) {
+    const order = round % 2 ? targets : targets.slice().reverse()
+    for (const t of order) {
+      const f = await measure(t, upstream, round)
+      figures.get(t)!.push(f)
+      const c = f.cpu
+      process.stdout.write(`  round ${round}  ${LABEL[t.name].padEnd(20)} ${t.scenario.padEnd(7)} ${f.rps.toFixed(0).padStart(7)} req/s  p50 ${f.p50} ms  p99 ${f.p99} ms  cpu% target ${c.target ?? '?'} upstream ${c.upstream ?? '-'} loadgen ${c.loadgen} other ${c.foreign ?? '?'}\n`)
+      for (const p of f.problems) process.stdout.write(`    ! ${p}\n`)
+      for (const w of f.warnings) process.stdout.write(`    ~ ${w}\n`)
+      await sleep(300)
+    }
+  }
+
+  const rows = targets.map((t) => {
+    const fs = figures.get(t)!
+    return {
+      target: t.name,
+      label: LABEL[t.name],
+      scenario: t.scenario,
+      rps: Math.round(median(fs.map((f) => f.rps))),
+      p50: median(fs.map((f) => f.p50)),
+      p99: median(fs.map((f) => f.p99)),
+      rounds: fs,
+    }
+  })
+  const floor = rows.find((r) => r.target === 'floor')?.rps
+  const withRatio = rows.map((r) => ({ ...r, ratioToFloor: floor ? Math.round((r.rps / floor) * 100) / 100 : undefined, goal: TARGET_GOAL[r.target] }))
+
+  const head = ['target', 'scenario', 'req/s', 'p50 ms', 'p99 ms', '× floor', 'goal']
+  const right = [false, false, true, true, true, true, false]
+  const body = withRatio.map((r) => [
+    r.label,
+    r.target === 'upstream' ? 'direct' : r.target === 'floor' ? 'proxy' : r.scenario,
+    String(r.rps),
+    String(r.p50),
+    String(r.p99),
+    r.ratioToFloor === undefined ? '-' : r.ratioToFloor.toFixed(2),
+    r.goal === undefined || r.ratioToFloor === undefined ? '' : `≥ ${r.goal.toFixed(2)} ${r.ratioToFloor >= r.goal ? 'ok' : 'MISSED'}`,
+  ])
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)))
+  process.stdout.write(`\nmedian of ${ROUNDS} round(s), ${SECONDS}s each:\n`)
+  process.stdout.write(`${pad(head, widths, right)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`)
+  for (const b of body) process.stdout.write(`${pad(b, widths, right)}\n`)
+
+  // a partial or profiled run must not replace the day's full figures
+  const partial = ONLY !== undefined || CPU_PROF !== undefined
+  const now = new Date()
+  const date = `${now.getFullYear()}-${String(now.getMonth() + 1).padStart(2, '0')}-${String(now.getDate()).padStart(2, '0')}`
+  const report = {
+    date: now.toISOString(),
+    revision: gitRevision(),
+    partial: partial ? { only: ONLY ? [...ONLY] : undefined, cpuProfiled: CPU_PROF !== undefined } : undefined,
+    machine: {
+      cpuModel: cpus[0]?.model,
+      cpus: cpus.length,
+      node: process.version,
+      platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+      memoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+    },
+    settings: {
+      seconds: SECONDS,
+      rounds: ROUNDS,
+      warmupSeconds: WARMUP,
+      connections: CONNECTIONS,
+      pipelining: 1,
+      method: 'POST',
+      body: BODY,
+      upstream: { kind: upstream.kind, version: upstream.version },
+      floor: `node:http + undici Pool, answer streamed with ${FLOOR_MODE === 'pipe' ? '.pipe()' : 'stream/promises pipeline()'}`,
+      loadGenerator: 'autocannon (programmatic, in the harness process)',
+      otherLoadBeforeRuns: idleLoad,
+      reqPerSec: 'autocannon requests.average (mean of per-second samples); median over rounds',
+    },
+    results: withRatio.map((r) => ({
+      target: r.target,
+      scenario: r.scenario,
+      reqPerSec: r.rps,
+      p50ms: r.p50,
+      p99ms: r.p99,
+      ratioToFloor: r.ratioToFloor,
+      goal: r.goal,
+      rounds: r.rounds,
+    })),
+  }
+  mkdirSync(RESULTS, { recursive: true })
+  const file = join(RESULTS, `${date}${partial ? '-partial' : ''}.json`)
+  writeFileSync(`${file}.tmp`, `${JSON.stringify(report, null, 2)}\n`)
+  renameSync(`${file}.tmp`, file)
+  process.stdout.write(`\nwrote ${file}\n`)
+  if (withRatio.some((r) => r.rounds.some((f) => f.warnings.length))) {
+    process.stdout.write('the machine was not quiet during some runs (marked ~ above): rerun on an idle machine before quoting\n')
+  }
+  if (withRatio.some((r) => r.rounds.some((f) => f.problems.length))) {
+    process.stdout.write('some runs went wrong (marked ! above): their figures mean nothing\n')
+    process.exitCode = 1
+  }
+}
+
+try {
+  await main()
+} catch (e) {
+  process.stderr.write(`bench: ${e instanceof BenchError ? e.message : (e as Error).stack ?? String(e)}\n`)
+  process.exitCode = 1
+} finally {
+  await cleanup()
+}
