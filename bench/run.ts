@@ -13,8 +13,11 @@
  *   BENCH_CONNECTIONS  concurrent connections (50)
  *   BENCH_UPSTREAM     nginx | node: force the upstream (default nginx when on PATH, else node)
  *   BENCH_FLOOR        pipe | pipeline: how the floor streams the answer back (pipe, the leaner)
- *   BENCH_ONLY         comma list of targets to run: upstream, floor, memory, sqlite, or one
- *                      scenario of a store: memory:unique, sqlite:replay… (all)
+ *   BENCH_ONLY         comma list of targets to run: upstream, floor, memory, sqlite, redis,
+ *                      postgres, traced (memory store with every span exported over OTLP), or
+ *                      one scenario of a gateway: memory:unique, sqlite:replay… (all)
+ *   BENCH_REDIS_URL / BENCH_POSTGRES_URL   the shared stores (local defaults); each run uses
+ *                      its own key prefix / schema and removes it at the end
  *   BENCH_CPU_PROF     a folder: run the gateways and the floor under `node --cpu-prof`, profiles there
  *   BENCH_KEEP         1: keep the temp folder (configs, logs, sqlite file) and print its path
  *
@@ -101,10 +104,10 @@ function tail(file: string, lines = 20): string {
  * Starts a child with stdout piped (to read its ready line) and stderr to a log file. Node
  * children get a stdin pipe: they exit when it closes, so they die with the harness even on kill -9.
  */
-function start(name: string, cmd: string, args: string[], opts: { stdinPipe?: boolean } = {}): Child {
+function start(name: string, cmd: string, args: string[], opts: { stdinPipe?: boolean; env?: Record<string, string> } = {}): Child {
   const log = join(tmp!, `${name}.log`)
   const fd = openSync(log, 'a')
-  const proc = spawn(cmd, args, { cwd: ROOT, stdio: [opts.stdinPipe ? 'pipe' : 'ignore', 'pipe', fd], env: process.env })
+  const proc = spawn(cmd, args, { cwd: ROOT, stdio: [opts.stdinPipe ? 'pipe' : 'ignore', 'pipe', fd], env: { ...process.env, ...opts.env } })
   closeSync(fd)
   const exited = new Promise<void>((r) => proc.once('exit', () => r()))
   proc.once('error', () => {}) // reported through waitReady / exitCode
@@ -154,6 +157,7 @@ async function cleanup(): Promise<void> {
   if (cleaned) return
   cleaned = true
   await Promise.all(children.slice().reverse().map((c) => stopChild(c).catch(() => {})))
+  await cleanStores()
   if (tmp && !KEEP) rmSync(tmp, { recursive: true, force: true })
   else if (tmp) process.stderr.write(`kept ${tmp}\n`)
 }
@@ -360,16 +364,32 @@ async function startFloor(upstream: string): Promise<{ url: string; child: Child
 
 interface Gateway { url: string; adminUrl: string; child: Child; config: string }
 
-async function startGateway(store: 'memory' | 'sqlite', upstream: string): Promise<Gateway> {
+/** The gateways measured: each store, and the memory store with tracing on (every span exported). */
+type GatewayName = 'memory' | 'sqlite' | 'redis' | 'postgres' | 'traced'
+const GATEWAYS: GatewayName[] = ['memory', 'sqlite', 'redis', 'postgres', 'traced']
+// one key prefix / schema per run, so runs never see each other's high-water marks
+const RUN_ID = `bench_${process.pid}_${Date.now().toString(36)}`
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
+const POSTGRES_URL = process.env.BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+
+function storeBlock(name: GatewayName): string {
+  switch (name) {
+    case 'redis': return `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: ${RUN_ID}`
+    case 'postgres': return `  kind: postgres\n  url: ${POSTGRES_URL}\n  schema: ${RUN_ID}\n  pool: 20`
+    case 'sqlite': return `  kind: sqlite\n  path: ${join(tmp!, 'fencegate.db')}`
+    default: return '  kind: memory'
+  }
+}
+
+async function startGateway(name: GatewayName, upstream: string): Promise<Gateway> {
   const [port, adminPort] = [await freePort(), await freePort()]
-  const config = join(tmp!, `fencegate-${store}.yaml`)
+  const config = join(tmp!, `fencegate-${name}.yaml`)
   writeFileSync(config, `# written by bench/run.ts
 listen: 127.0.0.1:${port}
 admin:
   listen: 127.0.0.1:${adminPort}
 store:
-  kind: ${store}
-  path: ${join(tmp!, 'fencegate.db')}
+${storeBlock(name)}
 routes:
   - name: bench
     match:
@@ -382,16 +402,41 @@ routes:
     idempotency:
       required: true
 `)
-  const child = start(`fencegate-${store}`, process.execPath, [...profileArgs(`fencegate-${store}`), CLI, '--config', config])
+  // traced: spans go over OTLP/HTTP to the bench upstream, which answers every POST with a 2xx
+  const env: Record<string, string> = name === 'traced' ? { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${upstream}/v1/traces`, OTEL_SERVICE_NAME: 'fencegate-bench' } : {}
+  const child = start(`fencegate-${name}`, process.execPath, [...profileArgs(`fencegate-${name}`), CLI, '--config', config], { env })
   const url = await waitLine(child, / on (http:\/\/\S+) \(admin/)
   const adminUrl = `http://127.0.0.1:${adminPort}`
   await waitHttp(`${adminUrl}/readyz`, child, 200)
   return { url, adminUrl, child, config }
 }
 
+/** Drops what the redis and postgres gateways left behind. */
+async function cleanStores(): Promise<void> {
+  try {
+    const { default: pg } = await import('pg')
+    const client = new pg.Client({ connectionString: POSTGRES_URL })
+    await client.connect()
+    await client.query(`DROP SCHEMA IF EXISTS "${RUN_ID}" CASCADE`)
+    await client.end()
+  } catch { /* not reachable: nothing was created */ }
+  try {
+    const { Redis } = await import('ioredis')
+    const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1 })
+    await redis.connect()
+    let cursor = '0'
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `*${RUN_ID}*`, 'COUNT', 1000)
+      if (keys.length) await redis.del(...keys)
+      cursor = next
+    } while (cursor !== '0')
+    redis.disconnect()
+  } catch { /* not reachable: nothing was created */ }
+}
+
 // ------------------------------------------------------------------------------ scenarios
 
-type TargetName = 'upstream' | 'floor' | 'memory' | 'sqlite'
+type TargetName = 'upstream' | 'floor' | GatewayName
 type Scenario = 'unique' | 'replay'
 
 interface Target {
@@ -581,9 +626,12 @@ const LABEL: Record<TargetName, string> = {
   floor: 'floor (node+undici)',
   memory: 'fencegate memory',
   sqlite: 'fencegate sqlite',
+  redis: 'fencegate redis',
+  postgres: 'fencegate postgres',
+  traced: 'fencegate memory+traces',
 }
-const TARGETS_WANTED: TargetName[] = ['upstream', 'floor', 'memory', 'sqlite']
-const TARGET_GOAL: Partial<Record<TargetName, number>> = { memory: 0.75, sqlite: 0.6 }
+const TARGETS_WANTED: TargetName[] = ['upstream', 'floor', ...GATEWAYS]
+const TARGET_GOAL: Partial<Record<TargetName, number>> = { memory: 0.75, sqlite: 0.6, redis: 0.5, postgres: 0.3 }
 
 function gitRevision(): string | undefined {
   try {
@@ -602,7 +650,7 @@ function pad(cells: string[], widths: number[], right: boolean[]): string {
 async function main(): Promise<void> {
   if (settingErrors.length) throw new BenchError(settingErrors.join('\n'))
   if (!existsSync(CLI)) throw new BenchError(`${CLI} is missing: run \`npx tsc -p .\` first (npm run bench does)`)
-  const valid = new Set([...TARGETS_WANTED, 'memory:unique', 'memory:replay', 'sqlite:unique', 'sqlite:replay'])
+  const valid = new Set<string>([...TARGETS_WANTED, ...GATEWAYS.flatMap((g) => [`${g}:unique`, `${g}:replay`])])
   for (const name of ONLY ?? []) if (!valid.has(name)) throw new BenchError(`BENCH_ONLY: unknown target "${name}" (${[...valid].join(', ')})`)
   const pick = (name: TargetName, scenario?: Scenario) => !ONLY || ONLY.has(name) || (scenario !== undefined && ONLY.has(`${name}:${scenario}`))
   const wanted = TARGETS_WANTED.filter((n) => pick(n, 'unique') || pick(n, 'replay'))
@@ -615,7 +663,7 @@ async function main(): Promise<void> {
     const floor = await startFloor(upstream.url)
     targets.push({ name: 'floor', scenario: 'unique', url: floor.url, child: floor.child })
   }
-  for (const store of ['memory', 'sqlite'] as const) {
+  for (const store of GATEWAYS) {
     if (!wanted.includes(store)) continue
     const g = await startGateway(store, upstream.url)
     for (const scenario of ['unique', 'replay'] as const) {

@@ -36,7 +36,6 @@ export const PROBLEMS = {
   'bad-request': { status: 400, title: 'Bad admin request', outcome: 'bad_request' },
   'record-not-found': { status: 404, title: 'No idempotency record under this key', outcome: 'bad_request' },
   'not-resolvable': { status: 409, title: 'The record\'s outcome is not unknown', outcome: 'bad_request' },
-  'shutting-down': { status: 503, title: 'Gateway shutting down', outcome: 'upstream_error' },
 } as const satisfies Record<string, ProblemKind>
 
 export type ProblemName = keyof typeof PROBLEMS
