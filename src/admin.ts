@@ -12,6 +12,7 @@ import type { Config } from './config/schema.js'
 import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
 import { resolveKey, type ResolveRequest } from './audit/resolve.js'
 import { storeProblem } from './store/problem.js'
+import type { StateWatch } from './store/state.js'
 
 export interface AdminOptions {
   token?: string
@@ -21,9 +22,11 @@ export interface AdminOptions {
   accepting: () => boolean
   /** the routes and store config behind `GET /audit` and `POST /resolve` */
   config?: Config
+  /** checked on every /readyz: a store that lost its state is not ready (contract §3) */
+  watch?: StateWatch
 }
 
-export function createAdmin({ token, store, metrics, accepting, config }: AdminOptions): Hono {
+export function createAdmin({ token, store, metrics, accepting, config, watch }: AdminOptions): Hono {
   const app = new Hono()
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
   app.get('/readyz', async (c) => {
@@ -31,6 +34,10 @@ export function createAdmin({ token, store, metrics, accepting, config }: AdminO
     try {
       await store.ping()
       metrics.storeUp.set({ store: store.kind }, 1)
+      await watch?.check()
+      if (watch?.lost) {
+        return c.json({ status: 'store state lost', store: store.kind, detail: 'the store\'s epoch marker changed or is missing; run `fencegate store accept-loss` once the loss is understood' }, 503)
+      }
       return c.json({ status: 'ready', store: store.kind })
     } catch (e) {
       metrics.storeUp.set({ store: store.kind }, 0)

@@ -5,6 +5,7 @@
  * fencegate migrate [--config PATH]                   create or update the store's schema (postgres)
  * fencegate audit [--config PATH] [--since 1h] [--route NAME] [--json]   the exactly-once report (contract §8)
  * fencegate resolve [--config PATH] --route NAME --key KEY [--scope S] --as completed|failed   settle an unknown outcome
+ * fencegate store accept-loss [--config PATH]         accept that the store lost its state; gateways serve again
  *
  * The config comes from --config, else $FENCEGATE_CONFIG, else ./config/fencegate.yaml.
  * Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
@@ -18,7 +19,7 @@ import { StoreError } from './store/types.js'
 import { startGateway } from './server.js'
 import cluster from 'node:cluster'
 import { startPrimary, startWorker, workersRefusal } from './cluster.js'
-import { migrateStore } from './store/index.js'
+import { migrateStore, openStore } from './store/index.js'
 import { createLogger } from './log.js'
 import { VERSION } from './version.js'
 import { auditCommand, resolveCommand } from './audit/cli.js'
@@ -28,6 +29,7 @@ const USAGE = `usage: fencegate [start] [--config PATH] [--with-sample] [--worke
        fencegate migrate [--config PATH]
        fencegate audit [--config PATH] [--since 1h] [--route NAME] [--json]
        fencegate resolve [--config PATH] --route NAME --key KEY [--scope S] --as completed|failed
+       fencegate store accept-loss [--config PATH]
        fencegate --version`
 
 function fail(code: number, lines: string[]): never {
@@ -57,8 +59,9 @@ async function main(argv: string[]): Promise<void> {
   const { values, positionals } = parsed
   if (values.version) { process.stdout.write(`fencegate ${VERSION}\n`); return }
   if (values.help) { process.stdout.write(`${USAGE}\n`); return }
-  const command = positionals[0] ?? 'start'
-  if (positionals.length > 1 || !['start', 'check-config', 'migrate', 'audit', 'resolve'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
+  const command = positionals[0] === 'store' && positionals[1] === 'accept-loss' ? 'accept-loss' : positionals[0] ?? 'start'
+  const words = command === 'accept-loss' ? 2 : 1
+  if (positionals.length > words || !['start', 'check-config', 'migrate', 'audit', 'resolve', 'accept-loss'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
   const file = values.config ?? process.env.FENCEGATE_CONFIG ?? (existsSync('config/fencegate.yaml') ? 'config/fencegate.yaml' : undefined)
   if (!file) fail(2, ['no config: pass --config PATH or set FENCEGATE_CONFIG', USAGE])
 
@@ -74,6 +77,17 @@ async function main(argv: string[]): Promise<void> {
     const r = await (command === 'audit' ? auditCommand : resolveCommand)(config, values)
     if (r.stdout) process.stdout.write(r.stdout)
     if (r.code !== 0) fail(r.code, r.stderr ?? [])
+    return
+  }
+  if (command === 'accept-loss') {
+    try {
+      const store = await openStore(config.store)
+      const epoch = await store.acceptLoss()
+      await store.close()
+      process.stdout.write(`${file}: store state accepted as it is now (epoch ${epoch}); running gateways serve again within a second\n`)
+    } catch (e) {
+      fail(e instanceof StoreError ? 2 : 1, [formatProblem(file, { path: 'store', message: (e as Error).message })])
+    }
     return
   }
   if (command === 'migrate') {

@@ -17,6 +17,7 @@ import type { Server } from 'node:http'
 import { createAdaptorServer } from '@hono/node-server'
 import { AggregatorRegistry, Registry, type Metric } from 'prom-client'
 import type { Config } from './config/schema.js'
+import { StateWatch } from './store/state.js'
 import { createAdmin } from './admin.js'
 import { guardStore, openStore } from './store/index.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
@@ -62,6 +63,9 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
   const alive = new Set<Worker>()
   try {
     await store.ping()
+    // the primary only watches for /readyz; each worker runs its own watch and fails closed
+    const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
+    await watch.start(60_000)
     const urls = await Promise.all(Array.from({ length: workers }, () => fork(alive)))
     const aggregator = new AggregatorRegistry()
     const own = new Registry()
@@ -73,7 +77,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
         return { body: `${workersText.trimEnd()}\n${ownText}`, contentType: Registry.PROMETHEUS_CONTENT_TYPE }
       },
     }
-    admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config }).fetch }) as Server
+    admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config, watch }).fetch }) as Server
     const adminUrl = await listen(admin, config.admin.listen)
 
     // a worker that dies is replaced (after a pause, so a crash loop does not spin)

@@ -11,6 +11,7 @@ import type { GatewayEnv } from './context.js'
 import { compileRoute, type CompiledRoute } from './route.js'
 import { Problem } from './problems.js'
 import type { Store } from './store/types.js'
+import type { StateWatch } from './store/state.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { serverSpan } from './telemetry/tracing.js'
 import type { Logger } from './log.js'
@@ -30,9 +31,14 @@ export interface Gateway {
 }
 
 /** Sets the route for the chain; refuses an oversized declared body before anything else. */
-function routeEntry(route: CompiledRoute): MiddlewareHandler<GatewayEnv> {
+/** Sets the route for the chain; with the store's state lost, fenced and idempotent routes fail closed. */
+function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler<GatewayEnv> {
+  const guarded = !!(route.fencing || route.idempotency)
   return async function routeEntry(c, next) {
     c.set('route', route)
+    if (guarded && watch?.lost) {
+      throw new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })
+    }
     await next()
   }
 }
@@ -67,7 +73,7 @@ function observe(metrics: Metrics, audit?: AuditQueue): MiddlewareHandler<Gatewa
   }
 }
 
-export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue): Gateway {
+export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue, watch?: StateWatch): Gateway {
   const app = new Hono<GatewayEnv>()
   const pools: Pool[] = []
   const inFlight = new InFlight() // per process: fencing's requests in flight, by resource
@@ -78,7 +84,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     const pool = createUpstream(route)
     pools.push(pool)
     const chain = [
-      routeEntry(route),
+      routeEntry(route, watch),
       fencing(route, store, metrics, log, inFlight),
       idempotency(route, store, metrics, log),
       forward(route, pool, metrics),

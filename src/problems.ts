@@ -29,6 +29,7 @@ export const PROBLEMS = {
   'body-too-large': { status: 413, title: 'Request body too large', outcome: 'bad_request' },
   'upstream-unavailable': { status: 502, title: 'Upstream unavailable', outcome: 'upstream_error' },
   'upstream-timeout': { status: 504, title: 'Upstream timeout', outcome: 'outcome_unknown' },
+  'store-state-lost': { status: 503, title: 'Store lost its state', outcome: 'store_error' },
   'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
   'serialize-timeout': { status: 503, title: 'Older writes to this resource still in flight', outcome: 'serialize_timeout' },
   'unauthorized': { status: 401, title: 'Admin token required', outcome: 'bad_request' },

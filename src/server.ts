@@ -10,6 +10,7 @@ import type { Config } from './config/schema.js'
 import { createGateway } from './gateway.js'
 import { createAdmin } from './admin.js'
 import { openStore, guardStore } from './store/index.js'
+import { StateWatch } from './store/state.js'
 import { closeUpstreams } from './forward/index.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
@@ -64,11 +65,18 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     await raw.close().catch(() => {})
     throw e
   }
+  const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
+  try {
+    await watch.start()
+  } catch (e) {
+    await raw.close().catch(() => {})
+    throw e
+  }
   let accepting = true
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
-  const { app, pools } = createGateway(config, store, metrics, log, audit)
+  const { app, pools } = createGateway(config, store, metrics, log, audit, watch)
   const server = createAdaptorServer({ fetch: app.fetch, autoCleanupIncoming: false }) as Server
-  const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config }).fetch }) as Server
+  const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config, watch }).fetch }) as Server
   untraced(admin) // probes and scrapes are not traffic: no spans
   let url: string, adminUrl = ''
   try {
@@ -82,6 +90,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   let closing: Promise<void> | undefined
   const close = () => (closing ??= (async () => {
     accepting = false
+    watch.stop()
     const drained = new Promise<void>((r) => server.close(() => r()))
     server.closeIdleConnections()
     const grace = new Promise<'late'>((r) => setTimeout(() => r('late'), config.shutdown.grace).unref())

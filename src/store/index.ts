@@ -99,6 +99,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     // off the request path: the audit queue bounds, counts and logs its own failures
     audit: inner.audit,
+    markers: () => call('markers', () => inner.markers()),
+    acceptLoss: () => call('accept_loss', () => inner.acceptLoss()),
     ping: () => call('ping', () => inner.ping()),
     close: () => inner.close(),
   }

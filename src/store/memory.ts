@@ -8,7 +8,8 @@
  */
 import { LRUCache } from 'lru-cache'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { randomUUID } from 'node:crypto'
+import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
 import { MemoryAuditLog } from '../audit/memory.js'
 
 export interface MemoryStoreOptions {
@@ -118,6 +119,18 @@ export class MemoryStore implements Store {
     if (write === null) this.#held.delete(id)
     else if (write) this.#put(id, write, now)
     return result
+  }
+
+  readonly #epoch = randomUUID()
+
+  /** A process's memory cannot lose data behind its back: the epoch never changes. */
+  async markers(): Promise<StateMarkers> {
+    this.#open('markers')
+    return { epoch: this.#epoch, accepted: this.#epoch }
+  }
+
+  async acceptLoss(): Promise<string> {
+    return this.#epoch
   }
 
   async ping(): Promise<void> {

@@ -21,7 +21,7 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
+import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
 import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
 import type { AuditEntry, AuditLog } from '../audit/types.js'
 
@@ -285,6 +285,24 @@ export class PostgresStore implements Store {
         : `cannot reach PostgreSQL: ${(e as Error).message}`, 'open', { cause: e })
     }
     return store
+  }
+
+  async markers(): Promise<StateMarkers> {
+    return this.#run('markers', async () => {
+      const { rows } = await this.#pool.query(`SELECT name, value FROM ${this.#s}.fg_meta_v1 WHERE name IN ('epoch', 'accepted')`)
+      const get = (n: string) => rows.find((r) => r.name === n)?.value as string | undefined
+      return { epoch: get('epoch'), accepted: get('accepted') }
+    })
+  }
+
+  async acceptLoss(): Promise<string> {
+    return this.#run('accept_loss', async () => {
+      await this.#pool.query(`INSERT INTO ${this.#s}.fg_meta_v1 (name, value) VALUES ('epoch', $1) ON CONFLICT (name) DO NOTHING`, [randomUUID()])
+      const { rows } = await this.#pool.query(`SELECT value FROM ${this.#s}.fg_meta_v1 WHERE name = 'epoch'`)
+      const epoch = rows[0].value as string
+      await this.#pool.query(`INSERT INTO ${this.#s}.fg_meta_v1 (name, value) VALUES ('accepted', $1) ON CONFLICT (name) DO UPDATE SET value = excluded.value`, [epoch])
+      return epoch
+    })
   }
 
   async #run<T>(op: string, fn: () => Promise<T>): Promise<T> {

@@ -26,7 +26,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
+import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
 import { aggregate, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
 
 export interface RedisStoreOptions {
@@ -226,6 +226,22 @@ export class RedisStore implements Store {
       throw new StoreError(`cannot connect to Redis: ${(e as Error).message}`, 'open', { cause: e })
     }
     return store
+  }
+
+  async markers(): Promise<StateMarkers> {
+    return this.#run('markers', async () => {
+      const [epoch, accepted] = await this.#redis.mget(this.#key('epoch'), this.#key('accepted'))
+      return { epoch: epoch ?? undefined, accepted: accepted ?? undefined }
+    })
+  }
+
+  async acceptLoss(): Promise<string> {
+    return this.#run('accept_loss', async () => {
+      await this.#redis.set(this.#key('epoch'), randomUUID(), 'NX')
+      const epoch = (await this.#redis.get(this.#key('epoch')))!
+      await this.#redis.set(this.#key('accepted'), epoch)
+      return epoch
+    })
   }
 
   #key(...parts: string[]): string {

@@ -10,13 +10,13 @@
  * only after the COMMIT, so nothing is acknowledged before it is durable. Each check-and-set
  * stays atomic (the batch holds the write lock from its first read to its commit).
  */
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db, type Statement } from 'better-sqlite3'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { recordId } from './memory.js'
-import { StoreError, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
 import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog } from '../audit/types.js'
 
@@ -104,6 +104,11 @@ export class SqliteStore implements Store {
   readonly inProcess = true
   /** set when the file was first initialised; a different value later means the file was replaced */
   readonly epoch: string
+  readonly #path: string
+  /** the file's inode when opened: another one at the path means the file was replaced */
+  readonly #inode: number
+  readonly #metaGet: Statement
+  readonly #metaPut: Statement
   readonly #db: Db
   readonly #fenceUp: Statement
   readonly #fenceGet: Statement
@@ -137,10 +142,14 @@ export class SqliteStore implements Store {
       this.#db.exec(SCHEMA)
       this.#db.prepare('INSERT OR IGNORE INTO fg_meta_v1 (name, value) VALUES (?, ?)').run('epoch', randomUUID())
       this.epoch = (this.#db.prepare("SELECT value FROM fg_meta_v1 WHERE name = 'epoch'").get() as { value: string }).value
+      this.#path = path
+      this.#inode = path === ':memory:' ? 0 : statSync(path).ino
     } catch (e) {
       throw new StoreError(`cannot open SQLite store at ${path}: ${(e as Error).message}`, 'open', { cause: e })
     }
     const db = this.#db
+    this.#metaGet = db.prepare('SELECT value FROM fg_meta_v1 WHERE name = ?').pluck()
+    this.#metaPut = db.prepare('INSERT OR REPLACE INTO fg_meta_v1 (name, value) VALUES (?, ?)')
     // RETURNING yields no row when the WHERE refuses the update: the token was stale.
     this.#fenceUp = db.prepare(`INSERT INTO fg_fences_v1 (resource, highest) VALUES (?, ?)
       ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest WHERE excluded.highest >= fg_fences_v1.highest
@@ -262,6 +271,27 @@ export class SqliteStore implements Store {
   /** Deletes up to 1000 expired records; returns how many. */
   reap(now: number): number {
     return this.#reap.run(now).changes
+  }
+
+  markers(): Promise<StateMarkers> {
+    return this.#run('markers', () => {
+      if (this.#path !== ':memory:') {
+        let inode: number | undefined
+        try { inode = statSync(this.#path).ino } catch { /* deleted */ }
+        // this process still writes to the old file, which no new process will read
+        if (inode !== this.#inode) return {}
+      }
+      return { epoch: this.#metaGet.get('epoch') as string | undefined, accepted: this.#metaGet.get('accepted') as string | undefined }
+    })
+  }
+
+  acceptLoss(): Promise<string> {
+    return this.#run('accept_loss', () => {
+      const epoch = (this.#metaGet.get('epoch') as string | undefined) ?? randomUUID()
+      this.#metaPut.run('epoch', epoch)
+      this.#metaPut.run('accepted', epoch)
+      return epoch
+    })
   }
 
   /** Takes and gives back the write lock: a read alone would pass while writers are locked out. */

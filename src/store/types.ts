@@ -141,10 +141,29 @@ export interface Store {
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult>
   /** The attempt log kept by this store (contract §8). */
   readonly audit: AuditLog
+  /**
+   * The state markers (contract §3): `epoch` is written when the store is first initialised
+   * and never changes while its data lives; a different or missing epoch means the data was
+   * lost (a Redis restarted without persistence, a replaced SQLite file, a recreated schema).
+   * `accepted` is the epoch an operator accepted after such a loss. Reading never writes.
+   */
+  markers(): Promise<StateMarkers>
+  /**
+   * An operator's `fencegate store accept-loss`: writes a new epoch when none is left, and
+   * marks the current one accepted so running gateways carry on with it.
+   * @returns the accepted epoch
+   */
+  acceptLoss(): Promise<string>
   /** Answers when the store can serve requests; rejects with StoreError when not. */
   ping(): Promise<void>
   /** Flush and close connections or files; further calls reject. */
   close(): Promise<void>
+}
+
+/** See `Store.markers`. */
+export interface StateMarkers {
+  epoch?: string
+  accepted?: string
 }
 
 /** The store could not answer: down, too slow, or full. Callers fail closed (503). */

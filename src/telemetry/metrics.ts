@@ -95,6 +95,8 @@ export function createMetrics(version: string) {
     storeDuration: new TracedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
     auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries) or store_error (the store refused the batch).', labelNames: ['reason'] as const, registers: [registry] }),
+    storeStateLost: new Gauge({ name: 'fencegate_store_state_lost', help: '1 while the store has lost its state (epoch marker changed or missing) and no operator accepted it; fenced and idempotent routes answer 503.', labelNames: ['store'] as const, registers: [registry] }),
+    storeStateLosses: new Counter({ name: 'fencegate_store_state_losses_total', help: 'Times the store was found to have lost its state (contract §3).', labelNames: ['store'] as const, registers: [registry] }),
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
   }

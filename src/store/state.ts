@@ -1,0 +1,70 @@
+/**
+ * Watches the store for lost state (contract §3): a store that comes back without the data it
+ * had — a Redis restarted without persistence, a failover that lost writes, a replaced SQLite
+ * file — has a different or missing epoch marker. Forgetting a high-water mark silently would
+ * let a stale token through, so the loss is logged, counted, reported on /readyz and, with
+ * `store.onStateLoss: fail-closed` (the default), every route with fencing or idempotency
+ * answers 503 store-state-lost until an operator runs `fencegate store accept-loss`.
+ *
+ * Detection is by polling (every `intervalMs`, and on /readyz), so requests in the interval
+ * between the loss and its detection are decided on the store's new, empty state.
+ */
+import type { Logger } from '../log.js'
+import type { Metrics } from '../telemetry/metrics.js'
+import type { Store } from './types.js'
+
+export class StateWatch {
+  /** true while a loss is detected and not yet accepted (fail-closed) */
+  lost = false
+  #known: string | undefined
+  #timer?: NodeJS.Timeout
+
+  constructor(
+    private readonly store: Store,
+    private readonly policy: 'fail-closed' | 'accept',
+    private readonly metrics: Metrics,
+    private readonly log: Logger,
+  ) {}
+
+  /** Reads the epoch the gateway starts with; polls every `intervalMs` after that. */
+  async start(intervalMs = 1000): Promise<void> {
+    this.#known = (await this.store.markers()).epoch
+    this.metrics.storeStateLost.set({ store: this.store.kind }, 0)
+    this.#timer = setInterval(() => { this.check().catch(() => { /* store down: counted by the guard */ }) }, intervalMs)
+    this.#timer.unref()
+  }
+
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer)
+  }
+
+  /** Compares the store's markers with the epoch this gateway knows; rejects when the store cannot answer. */
+  async check(): Promise<void> {
+    const { epoch, accepted } = await this.store.markers()
+    if (epoch !== undefined && epoch === this.#known) return
+    if (epoch !== undefined && accepted === epoch) {
+      // an operator accepted the loss: carry on with the store as it is now
+      this.log.warn('store state loss accepted by an operator; serving again', { store: this.store.kind })
+      this.#adopt(epoch)
+      return
+    }
+    if (!this.lost) {
+      this.metrics.storeStateLosses.inc({ store: this.store.kind })
+      this.log.error('store lost its state (epoch marker changed or missing): high-water marks and idempotency records may be gone', {
+        store: this.store.kind, policy: this.policy,
+      })
+    }
+    if (this.policy === 'accept') {
+      this.#adopt(await this.store.acceptLoss())
+      return
+    }
+    this.lost = true
+    this.metrics.storeStateLost.set({ store: this.store.kind }, 1)
+  }
+
+  #adopt(epoch: string): void {
+    this.#known = epoch
+    this.lost = false
+    this.metrics.storeStateLost.set({ store: this.store.kind }, 0)
+  }
+}
