@@ -593,6 +593,27 @@ export function describeStoreConformance(
       })
     })
 
+    describe('state markers', () => {
+      test('an opened store has an epoch; reading it twice gives the same; accept-loss marks it accepted', async () => {
+        const s = await open()
+        const first = await s.markers()
+        expect(typeof first.epoch).toBe('string')
+        expect(first.epoch).not.toBe('')
+        expect((await s.markers()).epoch).toBe(first.epoch)
+        const accepted = await s.acceptLoss()
+        expect(accepted).toBe(first.epoch)
+        expect(await s.markers()).toEqual({ epoch: first.epoch, accepted: first.epoch })
+      })
+
+      test('the data and the epoch survive each other: fences and records do not change the marker', async () => {
+        const s = await open()
+        const { epoch } = await s.markers()
+        await s.fence('res/marker', 3n)
+        await s.claim(key(), req('m1'), T0)
+        expect((await s.markers()).epoch).toBe(epoch)
+      })
+    })
+
     describe('close', () => {
       test('every call after close() rejects with StoreError', async () => {
         const s = await open()
