@@ -21,9 +21,11 @@ import { forward, createUpstream } from './forward/index.js'
 import type { AuditQueue } from './audit/queue.js'
 import { activeTraceId, attemptEntry } from './audit/entry.js'
 
-// A dot segment, raw or percent-encoded: resolving it after routing could reach another route's
-// path, and resolving it before would forward a path the client did not send. Refused instead.
-const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i
+// A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
+// resolving it after routing could reach another route's path or resource (an upstream that
+// decodes %2F and normalises), and resolving it before would forward a path the client did
+// not send. Refused instead.
+const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:\/|%2f|%5c|\\|$)/i
 
 export interface Gateway {
   app: Hono<GatewayEnv>
@@ -100,6 +102,13 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     if (err instanceof Problem) {
       c.set('outcome', err.outcome)
       return err.toResponse()
+    }
+    if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
+      // the client left before its request was whole: nothing was forwarded, nobody to answer
+      c.set('outcome', 'bad_request')
+      c.set('code', 499)
+      c.env.outgoing.destroy()
+      return RESPONSE_ALREADY_SENT
     }
     log.error('unexpected error on the request path', { route: c.get('route')?.name, error: err.message })
     c.set('outcome', 'upstream_error')

@@ -58,6 +58,8 @@ describe('check-config', () => {
     ['unknown top-level key', `${GOOD}logging: debug\n`, 'logging: unknown key'],
     ['bad duration', GOOD.replace('timeout: 10s', 'timeout: 10 seconds'), 'routes[0].upstream.timeout: "10 seconds" is not a duration'],
     ['bare number as duration', GOOD.replace('ttl: 24h', 'ttl: 86400'), 'routes[0].idempotency.ttl: 86400 is not a duration (write it with its unit'],
+    ['lease shorter than the upstream timeout', GOOD.replace('ttl: 24h', 'ttl: 24h\n      lease: 5s'), 'routes[0].idempotency.lease: lease (5000 ms) must be at least upstream.timeout (10000 ms)'],
+    ['ttl shorter than the lease', GOOD.replace('ttl: 24h', 'ttl: 20s'), 'routes[0].idempotency.ttl: ttl (20000 ms) must be at least lease (30000 ms)'],
     ['zero duration', GOOD.replace('ttl: 24h', 'ttl: 0s'), 'routes[0].idempotency.ttl: 0s is out of range'],
     ['timeout longer than a timer can hold', GOOD.replace('timeout: 10s', 'timeout: 30d'), 'routes[0].upstream.timeout: 30d is out of range (1ms to 1h)'],
     ['bad size', GOOD.replace('maxResponseBytes: 1MiB', 'maxResponseBytes: lots'), 'routes[0].idempotency.maxResponseBytes: "lots" is not a size'],

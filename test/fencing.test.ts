@@ -134,6 +134,20 @@ describe('fencing tokens', () => {
     expect(stale.status).toBe(412)
   })
 
+  test.each(['fresh%2F..%2Fvictim', '..%2Fvictim', 'x%2f%2e%2e%2fvictim', 'x%5C..%5Cvictim'])('a dot segment behind an encoded separator (%s) is refused, not fenced as a new resource', async (res) => {
+    const before = up.seen.length
+    const r = await post(`${gw.url}/ledger/${res}`, {}, { 'fencing-token': '1' })
+    expect(r.status).toBe(400)
+    expect(r.json().type).toBe(`${P}bad-path`)
+    expect(up.seen.length).toBe(before)
+  })
+
+  test('naming the token header in Connection does not stop it reaching the upstream', async () => {
+    const r = res()
+    expect((await post(`${gw.url}/ledger/${r}`, {}, { 'fencing-token': '3', connection: 'fencing-token' })).status).toBe(201)
+    expect(headerValues(up.last(), 'fencing-token')).toEqual(['3'])
+  })
+
   test('rejections are counted by reason', async () => {
     const before = await metrics(gw.adminUrl)
     const r = res()

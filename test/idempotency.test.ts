@@ -24,7 +24,7 @@ ${route('fenced', '/fenced/:res', up.url, `    fencing:
       resource: "{param.res}"
 ${idem()}`)}${route('wait', '/wait/*', up.url, idem('      inFlight: wait\n'))}\
 ${route('scoped', '/scoped/*', up.url, idem('      scope: "{header.Authorization}"\n'))}\
-${route('short', '/short/*', up.url, idem('      ttl: 1s\n'))}\
+${route('short', '/short/*', up.url, idem('      ttl: 1s\n      lease: 1s\n')).replace('timeout: 2s', 'timeout: 1s')}\
 ${route('small', '/small/*', up.url, idem('      maxResponseBytes: 1KiB\n'))}\
 ${route('retry', '/retry/*', up.url, idem('      unknownOutcome: retry\n')).replace('timeout: 2s', 'timeout: 300ms')}\
 ${route('optional', '/optional/*', up.url, '    idempotency:\n      required: false\n')}\

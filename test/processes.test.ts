@@ -18,7 +18,7 @@ afterAll(async () => { await up?.close(); for (const d of dirs) rmSync(d, { recu
 async function configIn(dir: string, name: string, lease = '1s') {
   const port = await freePort(), admin = await freePort()
   const file = join(dir, `${name}.yaml`)
-  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, lease, store: '  kind: sqlite\n  path: ./shared.db', top: 'shutdown:\n  grace: 5s\n' }))
+  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, lease, timeout: lease, store: '  kind: sqlite\n  path: ./shared.db', top: 'shutdown:\n  grace: 5s\n' }))
   return { file, port, admin, log: join(dir, `${name}.log`) }
 }
 

@@ -23,7 +23,8 @@ export interface AuditReport {
  */
 export function parseSince(text: string, now: number): number | undefined {
   const ms = parseDuration(text)
-  if (ms !== undefined) return now - ms
+  // beyond about 100 years it is a typo, and Date cannot hold it
+  if (ms !== undefined) return ms <= 100 * 365 * 86_400_000 ? now - ms : undefined
   if (/^\d{4}-\d{2}-\d{2}T/.test(text)) {
     const t = Date.parse(text)
     if (!Number.isNaN(t)) return t

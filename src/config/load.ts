@@ -107,6 +107,17 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
       try { compileTemplate(text, params) } catch (e) { problems.push({ ...at(...p), message: (e as Error).message }) }
     }
     if (r.fencing) check(r.fencing.resource, 'fencing', 'resource')
+    if (r.idempotency) {
+      const { lease, ttl } = r.idempotency
+      // a request still in flight past its lease is taken for crashed: its result would be lost
+      if (lease < r.upstream.timeout) {
+        problems.push({ ...at('idempotency', 'lease'), message: `lease (${lease} ms) must be at least upstream.timeout (${r.upstream.timeout} ms): a request still waiting for the upstream would be taken for crashed and its response lost` })
+      }
+      // an in-flight record that expires frees the key while the first request is still upstream
+      if (ttl < lease) {
+        problems.push({ ...at('idempotency', 'ttl'), message: `ttl (${ttl} ms) must be at least lease (${lease} ms): the key would be forgotten while its first request is still in flight` })
+      }
+    }
     if (r.idempotency) check(r.idempotency.scope, 'idempotency', 'scope')
   })
   const { store } = config

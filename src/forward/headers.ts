@@ -35,10 +35,14 @@ const peerAddress = (incoming: IncomingMessage): string => {
 /**
  * The header lines to send upstream, as a flat [name, value, name, value, ...] list.
  * @param upstreamHost the Host of the upstream (`host[:port]`)
+ * @param keep lower-case names never removed as Connection-named (the route's token and key headers)
  */
-export function requestHeaders(incoming: IncomingMessage, upstreamHost: string): string[] {
+export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, keep?: ReadonlySet<string>): string[] {
   const raw = incoming.rawHeaders
   const named = connectionNamed(incoming.headers.connection)
+  // the fencing token and idempotency key are forwarded so the upstream can check them too: a
+  // client naming them in Connection must not switch that check off
+  if (named && keep) for (const k of keep) named.delete(k)
   const out: string[] = []
   let xff: string | undefined
   let via: string | undefined

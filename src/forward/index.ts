@@ -69,6 +69,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
   const upstream = new URL(route.config.upstream.url)
   const host = upstream.host
   const maxBody = route.config.maxRequestBytes
+  const keep = new Set([route.fencing?.tokenHeader, route.idempotency?.keyHeader].filter((h): h is string => !!h))
   const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
   const fenced = route.fencing !== undefined
 
@@ -94,7 +95,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       res = await pool.request({
         path: incoming.url!,
         method: incoming.method as Dispatcher.HttpMethod,
-        headers: requestHeaders(incoming, host),
+        headers: requestHeaders(incoming, host, keep),
         body,
         signal: abort,
       })

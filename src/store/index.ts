@@ -93,7 +93,15 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     inProcess: inner.inProcess,
     fence: (resource, token) => call('fence', () => inner.fence(resource, token)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
-    claim: (key, req, now) => call('claim', () => inner.claim(key, req, now)),
+    claim: (key, req, now) => {
+      const attempt = inner.claim(key, req, now)
+      return call('claim', () => attempt).catch((e) => {
+        // The request failed closed, but a slow store may still apply the claim afterwards:
+        // give it back, or the key would read as in flight and then as an unknown outcome.
+        attempt.then((r) => { if (r.kind === 'claimed') return inner.release(key, req.claimId) }).catch(() => {})
+        throw e
+      })
+    },
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),

@@ -102,7 +102,7 @@ export { writeFileSync }
  * front of `upstream`. `store` is the indented body of the `store:` block; `top` adds
  * top-level keys (e.g. a `shutdown:` block).
  */
-export function ledgerConfig(o: { port: number; admin: number; store: string; upstream: string; lease?: string; top?: string }): string {
+export function ledgerConfig(o: { port: number; admin: number; store: string; upstream: string; lease?: string; timeout?: string; top?: string }): string {
   return `listen: 127.0.0.1:${o.port}
 admin:
   listen: 127.0.0.1:${o.admin}
@@ -114,7 +114,7 @@ ${o.top ?? ''}routes:
       path: /ledger/:res/*
     upstream:
       url: ${o.upstream}
-      timeout: 5s
+      timeout: ${o.timeout ?? '5s'}
     fencing:
       resource: "{param.res}"
     idempotency:
