@@ -1,0 +1,375 @@
+/**
+ * `npm run example:relay`: the seed's timeline with real processes, each one a child of this one.
+ *
+ *   payments   node dist/examples/payments/server.js 0      the naive sample service (applies every charge)
+ *   fencegate  node dist/src/cli.js --config <tmp>/fencegate.yaml   SQLite store in a temp folder,
+ *              fencing resource account:{param.account}, idempotency required
+ *   queue      node dist/examples/relay/queue.js           lease-based, claim generations from 33
+ *   worker A   node dist/examples/relay/worker.js          lease 1 s, pauses 0.5 s before its ack
+ *   worker B   node dist/examples/relay/worker.js          started once A's lease has expired
+ *
+ *   A claims job-9 (generation N) and charges through fencegate                    → 201
+ *   A is frozen with SIGSTOP before its ack; its renewals stop, the lease expires
+ *   B claims job-9 again (generation N+1) and sends the same charge                → 201 replayed, no second charge
+ *   B acks                                                                         → done
+ *   A gets SIGCONT, sends its charge again with generation N                       → 412 stale-fencing-token
+ *   A acks with generation N                                                       → 409 refused by the queue
+ *   the payments ledger holds exactly one charge; then `fencegate audit` on the store
+ *
+ * Exit 0 when every step held, 1 when one did not (or a process failed). Every child process is
+ * stopped on the way out, also on an error or Ctrl-C. `--keep` leaves the temp folder (config,
+ * store, logs) in place so `fencegate audit --config <it>` can be run again.
+ */
+import { spawn, execFile, type ChildProcess } from 'node:child_process'
+import { existsSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve, sep } from 'node:path'
+import { createInterface } from 'node:readline'
+import { randomBytes } from 'node:crypto'
+import { fileURLToPath } from 'node:url'
+import { call, sleep, type Reply } from './http.js'
+
+export interface RelayOptions {
+  /** where the readable report goes; default process.stdout, `null` for silence */
+  out?: { write(text: string): unknown } | null
+  /** keep the temp folder (config, SQLite store, logs) instead of deleting it */
+  keep?: boolean
+  /** worker lease in ms (default 1000) */
+  leaseMs?: number
+  /** the first claim generation the queue hands out (default 33, as in the README) */
+  firstGeneration?: number
+}
+
+/** What a worker reported, one JSON line per event. */
+export interface WorkerEvent { event: string; worker?: string; [k: string]: any }
+
+export interface RelayResult {
+  ok: boolean
+  checks: string[]
+  failures: string[]
+  account: string
+  jobId: string
+  /** claim generations of A and B */
+  generations: { a?: number; b?: number }
+  /** the charge events: A's first, B's, A's late retry */
+  charges: { a1?: WorkerEvent; b?: WorkerEvent; a2?: WorkerEvent }
+  /** exit codes of the workers (0 acked, 3 ack refused) */
+  exitCodes: { a?: number | null; b?: number | null }
+  /** what the queue said to A's late ack */
+  aAck?: WorkerEvent
+  /** the job as the queue holds it at the end */
+  job?: any
+  /** the payments service's own ledger for the account */
+  ledger?: any[]
+  /** `fencegate audit --json`, parsed */
+  audit?: any
+  /** `fencegate audit` as printed for people */
+  auditTable?: string
+  /** the temp folder (deleted at the end unless `keep`) */
+  dir: string
+  configPath: string
+}
+
+const here = dirname(fileURLToPath(import.meta.url))
+/** dist/ whether this runs compiled (dist/examples/relay) or from source (examples/relay, e.g. under vitest) */
+const DIST = here.endsWith(`${sep}dist${sep}examples${sep}relay`) ? resolve(here, '../..') : resolve(here, '../../dist')
+const JS = {
+  cli: join(DIST, 'src/cli.js'),
+  payments: join(DIST, 'examples/payments/server.js'),
+  queue: join(DIST, 'examples/relay/queue.js'),
+  worker: join(DIST, 'examples/relay/worker.js'),
+}
+
+/** One child process: its stdout lines (parsed when JSON), stderr, and its exit. */
+class Child {
+  lines: string[] = []
+  events: WorkerEvent[] = []
+  stderr = ''
+  exitCode: number | null | undefined = undefined
+  readonly exited: Promise<number | null>
+  private waiters: (() => void)[] = []
+  stopped = false
+
+  constructor(readonly name: string, readonly proc: ChildProcess) {
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      this.lines.push(line)
+      try { const e = JSON.parse(line); if (e && typeof e === 'object') this.events.push(e) } catch { /* plain text */ }
+      this.wake()
+    })
+    proc.stderr!.on('data', (c: Buffer) => { this.stderr += c.toString('utf8') })
+    // 'close', not 'exit': every stdout line has been read by then
+    this.exited = new Promise((r) => proc.once('close', (code) => { this.exitCode = code; this.wake(); r(code) }))
+    proc.once('error', (e) => { this.stderr += `spawn error: ${e.message}\n`; this.exitCode = null; this.wake() })
+  }
+
+  private wake() { for (const w of this.waiters.splice(0)) w() }
+
+  /** Resolves with the first stdout line (or event) `match` accepts; rejects when the process exits first or after `timeoutMs`. */
+  async waitFor<T>(what: string, match: (line: string, event: WorkerEvent | undefined) => T | undefined, timeoutMs = 10_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs
+    let seen = 0
+    for (;;) {
+      for (; seen < this.lines.length; seen++) {
+        const line = this.lines[seen]
+        let ev: WorkerEvent | undefined
+        try { ev = JSON.parse(line) } catch { ev = undefined }
+        const hit = match(line, ev)
+        if (hit !== undefined) return hit
+      }
+      if (this.exitCode !== undefined) throw new Error(`${this.name} exited (${this.exitCode}) before ${what}${this.stderr ? `: ${this.stderr.trim().slice(-800)}` : ''}`)
+      const left = deadline - Date.now()
+      if (left <= 0) throw new Error(`${this.name}: no ${what} within ${timeoutMs} ms${this.stderr ? `: ${this.stderr.trim().slice(-800)}` : ''}`)
+      await new Promise<void>((r) => { const t = setTimeout(r, left); this.waiters.push(() => { clearTimeout(t); r() }) })
+    }
+  }
+
+  event(name: string, pred: (e: WorkerEvent) => boolean = () => true, timeoutMs?: number): Promise<WorkerEvent> {
+    return this.waitFor(`a "${name}" event`, (_l, e) => (e?.event === name && pred(e) ? e : undefined), timeoutMs)
+  }
+
+  get alive() { return this.exitCode === undefined }
+
+  /** SIGCONT if frozen, SIGTERM, then SIGKILL after `graceMs`. */
+  async stop(graceMs = 3000): Promise<void> {
+    if (!this.alive) return
+    if (this.stopped) { this.proc.kill('SIGCONT'); this.stopped = false }
+    this.proc.kill('SIGTERM')
+    const t = setTimeout(() => { if (this.alive) this.proc.kill('SIGKILL') }, graceMs)
+    await this.exited
+    clearTimeout(t)
+  }
+}
+
+const children: Child[] = []
+/** temp folders to delete when a signal ends the run early */
+const tempDirs = new Set<string>()
+
+function start(name: string, script: string, args: string[]): Child {
+  const proc = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
+  const c = new Child(name, proc)
+  children.push(c)
+  return c
+}
+
+/** Stops every child this module started (in reverse order), frozen ones included. */
+export async function stopChildren(): Promise<void> {
+  await Promise.all(children.splice(0).reverse().map((c) => c.stop().catch(() => {})))
+}
+
+const cli = (args: string[]) => new Promise<{ code: number; stdout: string; stderr: string }>((ok) => {
+  execFile(process.execPath, [JS.cli, ...args], { timeout: 15_000, env: { ...process.env, OTEL_SDK_DISABLED: 'true' } }, (err, stdout, stderr) => {
+    ok({ code: err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0, stdout, stderr })
+  })
+})
+
+const gatewayConfig = (dir: string, payments: string) => `# written by examples/relay/run.ts
+listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+store:
+  kind: sqlite
+  path: ${join(dir, 'fencegate.db')}
+shutdown:
+  grace: 2s
+routes:
+  - name: payments
+    match:
+      path: /accounts/:account/*
+      methods: [POST, PUT, PATCH, DELETE]
+    upstream:
+      url: ${payments}
+      timeout: 10s
+    fencing:
+      resource: "account:{param.account}"
+    idempotency:
+      required: true
+  - name: payments-read
+    match:
+      path: /accounts/:account/*
+      methods: [GET, HEAD]
+    upstream:
+      url: ${payments}
+`
+
+/** Runs the timeline. Never throws: a failure is in `failures` (and `ok` is false). */
+export async function runRelay(options: RelayOptions = {}): Promise<RelayResult> {
+  const out = options.out === undefined ? process.stdout : options.out
+  const say = (text = '') => { out?.write(`${text}\n`) }
+  const leaseMs = options.leaseMs ?? 1000
+  const run = randomBytes(3).toString('hex')
+  const dir = mkdtempSync(join(tmpdir(), 'fencegate-relay-'))
+  if (!options.keep) tempDirs.add(dir)
+  const configPath = join(dir, 'fencegate.yaml')
+  const result: RelayResult = { ok: false, checks: [], failures: [], account: `acct-${run}`, jobId: 'job-9', generations: {}, charges: {}, exitCodes: {}, dir, configPath }
+  const expect = (cond: boolean, what: string) => {
+    (cond ? result.checks : result.failures).push(what)
+    say(`    ${cond ? 'ok' : 'NOT AS EXPECTED'}: ${what}`)
+    return cond
+  }
+  let n = 0
+  const step = (actor: string, action: string) => { say(); say(`[${++n}] ${actor}: ${action}`) }
+  const show = (e: WorkerEvent | Reply | undefined) => {
+    const body = e && 'text' in e ? e.text : JSON.stringify(e?.body ?? e?.answer)
+    if (body) say(`    ${body.length > 400 ? `${body.slice(0, 400)}…` : body}`)
+  }
+
+  try {
+    for (const [what, path] of Object.entries(JS)) if (!existsSync(path)) throw new Error(`${path} (${what}) is missing: build first (npm run build)`)
+    say(`fencegate relay example: real processes, temp folder ${dir}`)
+
+    // the services
+    const payments = start('payments', JS.payments, ['0'])
+    const paymentsUrl = await payments.waitFor('its URL', (l) => /sample payments service on (\S+)/.exec(l)?.[1])
+    writeFileSync(configPath, gatewayConfig(dir, paymentsUrl))
+    const gateway = start('fencegate', JS.cli, ['--config', configPath])
+    const [gatewayUrl, adminUrl] = await gateway.waitFor('its URL', (l) => {
+      const m = /^fencegate \S+ on (\S+) \(admin (\S+?),/.exec(l)
+      return m ? [m[1], m[2]] as const : undefined
+    }, 15_000)
+    const ready = await call('GET', `${adminUrl}/readyz`)
+    if (ready.status !== 200) throw new Error(`fencegate /readyz answered ${ready.status}: ${ready.text}`)
+    const queue = start('queue', JS.queue, ['--port', '0', '--first-generation', String(options.firstGeneration ?? 33)])
+    const queueUrl = (await queue.event('listening')).url as string
+    say(`  payments service  ${paymentsUrl}   (pid ${payments.proc.pid}; naive: applies every charge it receives)`)
+    say(`  fencegate         ${gatewayUrl}   (pid ${gateway.proc.pid}; admin ${adminUrl}; config ${configPath}, SQLite store)`)
+    say(`  queue             ${queueUrl}   (pid ${queue.proc.pid}; leases of ${leaseMs} ms, claim generations from ${options.firstGeneration ?? 33})`)
+
+    const job = { id: result.jobId, payload: { account: result.account, amount: 1250, currency: 'eur' } }
+    const enq = await call('POST', `${queueUrl}/jobs`, job)
+    if (enq.status !== 201) throw new Error(`enqueue: queue answered ${enq.status} ${enq.text}`)
+    step('Queue', `${job.id} enqueued: charge ${result.account} 12.50 eur`)
+
+    const workerArgs = (name: string, extra: string[]) => ['--queue', queueUrl, '--gateway', gatewayUrl, '--name', name, '--lease-ms', String(leaseMs), '--renew-ms', String(Math.max(50, Math.floor(leaseMs / 4))), '--claim-timeout', '10000', ...extra]
+    // A takes a short pause (half its lease, renewals go on) between its charge and its ack; this
+    // run freezes it with SIGSTOP as soon as it says so, which stops the pause and the renewals alike
+    const pauseMs = Math.floor(leaseMs / 2)
+    const a = start('worker A', JS.worker, workerArgs('A', ['--pause-before-ack', String(pauseMs), '--charge-again']))
+    const aClaim = await a.event('claimed')
+    result.generations.a = aClaim.generation
+    step('Queue → Worker A', `${aClaim.job}, lease ${aClaim.leaseMs} ms, claim generation ${aClaim.generation}   (worker pid ${a.proc.pid})`)
+
+    const a1 = result.charges.a1 = await a.event('charge', (e) => e.attempt === 1)
+    step('Worker A → fencegate → Payments', `POST ${a1.path}  (Fencing-Token: ${a1.generation}, Idempotency-Key: ${a1.job})`)
+    say(`    → ${a1.status}${a1.replayed ? ', Idempotent-Replayed: true' : ''}`)
+    show(a1)
+    expect(a1.status === 201 && !a1.replayed, 'A\'s charge was forwarded and applied (201, not replayed)')
+
+    await a.event('pausing')
+    a.proc.kill('SIGSTOP')
+    a.stopped = true
+    const frozenAt = Date.now()
+    step('Worker A', `takes a ${pauseMs} ms pause before its ack — frozen there with SIGSTOP (pid ${a.proc.pid}): no renewals, no ack`)
+
+    // wait for the queue to see the lease run out
+    const t0 = Date.now()
+    let view: any
+    for (;;) {
+      view = (await call('GET', `${queueUrl}/jobs/${job.id}`)).json
+      if (view?.claimable) break
+      if (view?.state === 'done') throw new Error(`${job.id} was acked by generation ${view.doneBy?.generation} before its lease expired: worker A was not frozen in time (SIGSTOP came after its ${pauseMs} ms pause?)`)
+      if (Date.now() - t0 > leaseMs + 10_000) throw new Error(`the lease of ${job.id} did not expire: ${JSON.stringify(view)}`)
+      await sleep(50)
+    }
+    step('Queue', `the lease of generation ${view.generation} (worker ${view.holder}) has expired; ${job.id} is claimable again`)
+
+    const b = start('worker B', JS.worker, workerArgs('B', []))
+    const bClaim = await b.event('claimed')
+    result.generations.b = bClaim.generation
+    step('Queue → Worker B', `${bClaim.job} again, lease ${bClaim.leaseMs} ms, claim generation ${bClaim.generation}   (worker pid ${b.proc.pid})`)
+    expect(bClaim.generation === aClaim.generation + 1, `B's generation is A's + 1 (${aClaim.generation} → ${bClaim.generation})`)
+
+    const bc = result.charges.b = await b.event('charge')
+    step('Worker B → fencegate', `the same charge: POST ${bc.path}  (Fencing-Token: ${bc.generation}, Idempotency-Key: ${bc.job})`)
+    say(`    → ${bc.status}${bc.replayed ? ', Idempotent-Replayed: true' : ''}`)
+    show(bc)
+    expect(bc.status === 201 && bc.replayed === true, 'B got the stored response replayed (201, Idempotent-Replayed: true); the payments service was not called')
+    expect(JSON.stringify(bc.body) === JSON.stringify(a1.body), 'the replayed body is A\'s first response')
+
+    const bDone = await b.waitFor('its ack', (_l, e) => (e?.event === 'acked' || e?.event === 'ack-refused' ? e : undefined))
+    step('Worker B → Queue', `ack ${job.id} with generation ${bDone.generation}`)
+    expect(bDone.event === 'acked', 'the queue accepted B\'s ack: the job is done')
+    result.exitCodes.b = await b.exited
+
+    a.proc.kill('SIGCONT')
+    a.stopped = false
+    step('Worker A', `SIGCONT after ${Date.now() - frozenAt} ms frozen: wakes up, still believing it holds ${job.id} with generation ${aClaim.generation}`)
+    const resumed = await a.event('resumed')
+    say(`    its ${pauseMs} ms pause took ${resumed.pausedMs} ms, past its ${leaseMs} ms lease; it does not notice`)
+    const a2 = result.charges.a2 = await a.event('charge', (e) => e.attempt === 2)
+    step('Worker A → fencegate', `sends its charge again: POST ${a2.path}  (Fencing-Token: ${a2.generation}, Idempotency-Key: ${a2.job})`)
+    say(`    → ${a2.status}`)
+    show(a2)
+    expect(a2.status === 412 && a2.body?.type === 'urn:fencegate:problem:stale-fencing-token', 'A\'s late write was refused: 412 stale-fencing-token, not forwarded')
+    expect(a2.body?.token === String(aClaim.generation) && a2.body?.highestToken === String(bClaim.generation), `token ${aClaim.generation} refused, highestToken ${bClaim.generation}`)
+
+    const aAck = result.aAck = await a.waitFor('its ack', (_l, e) => (e?.event === 'acked' || e?.event === 'ack-refused' ? e : undefined))
+    step('Worker A → Queue', `ack ${job.id} with generation ${aAck.generation}`)
+    say(`    → ${aAck.status ?? 200}`)
+    show(aAck)
+    expect(aAck.event === 'ack-refused' && aAck.answer?.error === 'stale-generation', 'the queue refused A\'s stale ack (409 stale-generation)')
+    result.exitCodes.a = await a.exited
+    const lost = a.events.find((e) => e.event === 'lease-lost')
+    if (lost) say(`    (A's lease renewal after waking was refused too: ${lost.answer?.error ?? lost.status})`)
+
+    result.job = (await call('GET', `${queueUrl}/jobs/${job.id}`)).json
+    step('Queue', `${job.id}: ${result.job?.state}, acked by ${result.job?.doneBy?.worker} (generation ${result.job?.doneBy?.generation}); claims ${result.job?.claims?.map((c: any) => `${c.worker}:${c.generation}`).join(', ')}; refused ${result.job?.refusals?.map((r: any) => `${r.op} ${r.worker}:${r.generation}`).join(', ') || 'nothing'}`)
+    expect(result.job?.state === 'done' && result.job?.doneBy?.generation === bClaim.generation, 'the job is done, by B\'s generation')
+    expect(result.job?.refusals?.some((r: any) => r.op === 'ack' && r.worker === 'A' && r.generation === aClaim.generation), 'the queue reported A\'s refused ack')
+
+    // the ledger, read from the payments service itself: what got through
+    const ledger = await call('GET', `${paymentsUrl}/accounts/${encodeURIComponent(result.account)}/charges`)
+    result.ledger = ledger.json?.charges
+    step('Payments', `the ledger of ${result.account} (read from the service itself, not through the gateway)`)
+    show(ledger)
+    const count = Array.isArray(result.ledger) ? result.ledger.length : -1
+    expect(count === 1, `exactly one charge in the ledger (found ${count})`)
+    if (count >= 1) expect(result.ledger![0].fencingToken === String(aClaim.generation) && result.ledger![0].idempotencyKey === job.id, `the charge is A's: token ${aClaim.generation}, key ${job.id}`)
+
+    // stop the gateway gracefully (writes its queued attempt-log entries), then read the audit from the store
+    await gateway.stop(5000)
+    const [json, table] = await Promise.all([cli(['audit', '--config', configPath, '--json']), cli(['audit', '--config', configPath])])
+    if (json.code !== 0) throw new Error(`fencegate audit --json exited ${json.code}: ${json.stderr}`)
+    result.audit = JSON.parse(json.stdout)
+    result.auditTable = table.stdout
+    const route = result.audit?.routes?.find((r: any) => r.route === 'payments')
+    step('fencegate audit', `fencegate audit --config ${configPath}   (gateway stopped; the attempt log is in the store)`)
+    expect(route?.forwarded === 1 && route?.replayed === 1 && route?.stale >= 1, `route payments: forwarded ${route?.forwarded}, replayed ${route?.replayed}, stale ${route?.stale} (expected 1, 1, ≥ 1)`)
+    say()
+    say(table.code === 0 ? table.stdout.trimEnd() : `(fencegate audit exited ${table.code}: ${table.stderr.trim()})`)
+  } catch (e) {
+    result.failures.push((e as Error).message)
+    say()
+    say(`ERROR: ${(e as Error).message}`)
+    for (const c of children) if (c.stderr.trim()) say(`  ${c.name} stderr: ${c.stderr.trim().slice(-600)}`)
+  } finally {
+    await stopChildren()
+    if (!options.keep) { rmSync(dir, { recursive: true, force: true }); tempDirs.delete(dir) }
+  }
+  result.ok = result.failures.length === 0
+  say()
+  say(result.ok
+    ? 'The timeline held with real processes: one charge, B\'s duplicate replayed, A\'s late write refused at the gateway (412) and its ack refused by the queue.'
+    : `The timeline did NOT hold: ${result.failures.join('; ')}`)
+  if (options.keep) say(`Kept ${dir}; run again: node ${JS.cli} audit --config ${configPath}`)
+  return result
+}
+
+const executedDirectly = (): boolean => {
+  try { return !!process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url)) } catch { return false }
+}
+
+if (executedDirectly()) {
+  // last resort: a frozen or running child must not outlive us
+  process.on('exit', () => { for (const c of children) if (c.alive) { try { c.proc.kill('SIGKILL') } catch { /* gone */ } } })
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(sig, () => {
+      stopChildren().finally(() => {
+        for (const d of tempDirs) rmSync(d, { recursive: true, force: true })
+        process.exit(130)
+      })
+    })
+  }
+  const result = await runRelay({ keep: process.argv.includes('--keep') })
+  if (process.env.RELAY_RESULT_FILE) writeFileSync(process.env.RELAY_RESULT_FILE, `${JSON.stringify(result, null, 2)}\n`)
+  process.exitCode = result.ok ? 0 : 1
+}
