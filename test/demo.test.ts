@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startPayments } from '../examples/payments/server.js'
+import { paymentsRoutes } from '../examples/payments/routes.js'
 import { runDemo, type DemoStep } from '../scripts/demo.js'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { send } from './helpers/http.js'
@@ -18,25 +19,7 @@ const config = (payments: string) => `admin:
 store:
   kind: sqlite
   path: @DIR@/fencegate.db
-routes:
-  - name: payments
-    match:
-      path: /accounts/:account/*
-      methods: [POST, PUT, PATCH, DELETE]
-    upstream:
-      url: ${payments}
-      timeout: 10s
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-  - name: payments-read
-    match:
-      path: /accounts/:account/*
-      methods: [GET, HEAD]
-    upstream:
-      url: ${payments}
-`
+${paymentsRoutes(payments)}`
 
 const delta = (step: DemoStep, name: string, labels: Record<string, string>): number =>
   step.metrics.filter((d) => d.name === name && Object.entries(labels).every(([k, v]) => d.labels[k] === v)).reduce((s, d) => s + d.delta, 0)

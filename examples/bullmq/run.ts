@@ -23,6 +23,7 @@ import { Queue, type Job } from 'bullmq'
 import { Redis } from 'ioredis'
 import { request } from 'undici'
 import { startPayments, type Charge } from '../payments/server.js'
+import { paymentsRoutes } from '../payments/routes.js'
 import { parseConfig } from '../../src/config/load.js'
 import { startGateway } from '../../src/server.js'
 import { createLogger } from '../../src/log.js'
@@ -72,26 +73,7 @@ export const gatewayConfig = (paymentsUrl: string, store = '  kind: memory\n') =
 admin:
   listen: 127.0.0.1:0
 store:
-${store}routes:
-  - name: payments
-    match:
-      path: /accounts/:account/*
-      methods: [POST, PUT, PATCH, DELETE]
-    upstream:
-      url: ${paymentsUrl}
-      timeout: 10s
-    fencing:
-      # job.attemptsStarted is a per-job counter: it fences the job, not the account
-      resource: "bullmq-job:{header.Idempotency-Key}"
-    idempotency:
-      required: true
-  - name: payments-read
-    match:
-      path: /accounts/:account/*
-      methods: [GET, HEAD]
-    upstream:
-      url: ${paymentsUrl}
-`
+${store}${paymentsRoutes(paymentsUrl, 'bullmq-job:{header.Idempotency-Key}')}`
 
 const staleCount = async (adminUrl: string): Promise<number | undefined> => {
   try {

@@ -28,6 +28,7 @@ import { createInterface } from 'node:readline'
 import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { call, sleep, type Reply } from './http.js'
+import { paymentsRoutes } from '../payments/routes.js'
 
 export interface RelayOptions {
   /** where the readable report goes; default process.stdout, `null` for silence */
@@ -171,25 +172,7 @@ store:
   path: ${join(dir, 'fencegate.db')}
 shutdown:
   grace: 2s
-routes:
-  - name: payments
-    match:
-      path: /accounts/:account/*
-      methods: [POST, PUT, PATCH, DELETE]
-    upstream:
-      url: ${payments}
-      timeout: 10s
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-  - name: payments-read
-    match:
-      path: /accounts/:account/*
-      methods: [GET, HEAD]
-    upstream:
-      url: ${payments}
-`
+${paymentsRoutes(payments)}`
 
 /** Runs the timeline. Never throws: a failure is in `failures` (and `ok` is false). */
 export async function runRelay(options: RelayOptions = {}): Promise<RelayResult> {
