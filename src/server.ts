@@ -11,6 +11,7 @@ import { createGateway } from './gateway.js'
 import { createAdmin } from './admin.js'
 import { openStore, guardStore } from './store/index.js'
 import { StateWatch } from './store/state.js'
+import { tooLarge } from './body.js'
 import { closeUpstreams } from './forward/index.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
@@ -52,6 +53,24 @@ export interface StartOptions {
 }
 
 /**
+ * `Expect: 100-continue` (RFC 9110 §10.1.1): a body larger than every route accepts is refused
+ * with 413 before the client sends it; any other request gets its 100 Continue as Node would
+ * send it. (A body over a smaller route's limit is refused after routing, once it is sent.)
+ */
+function refuseHopelessUploads(server: Server, largest: number): void {
+  server.on('checkContinue', (req, res) => {
+    if (Number(req.headers['content-length'] ?? 0) > largest) {
+      const p = tooLarge(largest)
+      res.writeHead(p.status, { 'content-type': 'application/problem+json', connection: 'close' })
+      res.end(p.body())
+      return
+    }
+    res.writeContinue()
+    server.emit('request', req, res)
+  })
+}
+
+/**
  * Opens the store and starts both listeners.
  * @throws StoreError when the store cannot be opened; Error (EADDRINUSE…) when a port is taken
  */
@@ -76,6 +95,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
   const { app, pools } = createGateway(config, store, metrics, log, audit, watch)
   const server = createAdaptorServer({ fetch: app.fetch, autoCleanupIncoming: false }) as Server
+  refuseHopelessUploads(server, Math.max(...config.routes.map((r) => r.maxRequestBytes)))
   const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config, watch }).fetch }) as Server
   untraced(admin) // probes and scrapes are not traffic: no spans
   let url: string, adminUrl = ''

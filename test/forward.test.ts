@@ -311,6 +311,19 @@ describe('forwarding (contract §5)', () => {
     expect(got[0].body.equals(payload)).toBe(true)
   })
 
+  it('answers Expect: 100-continue with 413 before the upload when no route takes a body that large', async () => {
+    const before = up.seen.length
+    const r = await nodeRequest(gw.url, '/upload-continue', {
+      method: 'PUT',
+      headers: { expect: '100-continue', 'content-type': 'application/octet-stream', 'content-length': 64 * 1024 * 1024 },
+      body: Buffer.alloc(16),
+    })
+    expect(r.continued).toBe(false)
+    expect(r.status).toBe(413)
+    expect(JSON.parse(r.body.toString()).type).toBe('urn:fencegate:problem:body-too-large')
+    expect(up.seen.length).toBe(before)
+  })
+
   it('refuses a body larger than maxRequestBytes with 413, declared or chunked', async () => {
     // declared: refused on the Content-Length alone, nothing forwarded
     const declared = await send(`${edge.url}/small/declared`, { method: 'POST', body: Buffer.alloc(2048, 'a'), headers: { 'content-type': 'application/octet-stream' } })
