@@ -61,10 +61,10 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
   let accepting = true
   let admin: Server | undefined
   const alive = new Set<Worker>()
+  // the primary only watches for /readyz; each worker runs its own watch and fails closed
+  const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
   try {
     await store.ping()
-    // the primary only watches for /readyz; each worker runs its own watch and fails closed
-    const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
     await watch.start(60_000)
     const urls = await Promise.all(Array.from({ length: workers }, () => fork(alive)))
     const aggregator = new AggregatorRegistry()
@@ -100,6 +100,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
       })))
       admin!.closeAllConnections()
       await new Promise<void>((r) => admin!.close(() => r()))
+      watch.stop()
       await raw.close().catch(() => {})
     })())
     // the workers log the attempts; the primary's queue is there for the Running interface
@@ -108,6 +109,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
     accepting = false
     for (const w of alive) w.process.kill('SIGKILL')
     admin?.close()
+    watch.stop()
     await raw.close().catch(() => {})
     throw e
   }

@@ -10,6 +10,7 @@ import type { Config } from './config/schema.js'
 import type { GatewayEnv } from './context.js'
 import { compileRoute, type CompiledRoute } from './route.js'
 import { Problem } from './problems.js'
+import { tooLarge } from './body.js'
 import type { Store } from './store/types.js'
 import type { StateWatch } from './store/state.js'
 import type { Metrics } from './telemetry/metrics.js'
@@ -32,12 +33,18 @@ export interface Gateway {
   pools: Pool[]
 }
 
-/** Sets the route for the chain; refuses an oversized declared body before anything else. */
-/** Sets the route for the chain; with the store's state lost, fenced and idempotent routes fail closed. */
+/**
+ * Sets the route for the chain. Refuses, before any check can change state (a fencing
+ * high-water mark raised for a request that then cannot be sent): a declared body larger than
+ * the route accepts, and — with the store's state lost — every fenced or idempotent request.
+ */
 function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler<GatewayEnv> {
   const guarded = !!(route.fencing || route.idempotency)
+  const maxBody = route.config.maxRequestBytes
   return async function routeEntry(c, next) {
     c.set('route', route)
+    const declared = c.env.incoming.headers['content-length']
+    if (declared !== undefined && Number(declared) > maxBody) throw tooLarge(maxBody)
     if (guarded && watch?.lost) {
       throw new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })
     }

@@ -103,6 +103,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     url = await listen(server, config.listen)
     if (options.admin !== false) adminUrl = await listen(admin, config.admin.listen)
   } catch (e) {
+    watch.stop()
     server.close()
     await raw.close()
     throw e

@@ -148,6 +148,34 @@ describe('fencing tokens', () => {
     expect(headerValues(up.last(), 'fencing-token')).toEqual(['3'])
   })
 
+  test('a declared body over the route limit is refused before the token can raise the mark', async () => {
+    const r = res()
+    const { createConnection } = await import('node:net')
+    const port = Number(new URL(gw.url).port)
+    const answer = await new Promise<string>((resolve) => {
+      const s = createConnection(port, '127.0.0.1', () => s.write(`POST /ledger/${r} HTTP/1.1\r\nHost: x\r\nFencing-Token: 100\r\nContent-Length: 20000000\r\n\r\n`))
+      let got = ''
+      s.on('data', (d) => { got += d.toString('latin1'); if (got.includes('\r\n\r\n')) { s.destroy(); resolve(got) } })
+      s.on('error', () => resolve(got))
+    })
+    expect(answer).toMatch(/^HTTP\/1\.1 413/)
+    expect((await write(r, '10')).status).toBe(201)
+  })
+
+  test('an absolute-form request target reaches the upstream in origin-form, so Host names the authority', async () => {
+    const r = res()
+    const { createConnection } = await import('node:net')
+    const port = Number(new URL(gw.url).port)
+    await new Promise<void>((resolve) => {
+      const s = createConnection(port, '127.0.0.1', () => s.write(`POST http://evil.example/ledger/${r} HTTP/1.1\r\nHost: evil.example\r\nFencing-Token: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`))
+      s.on('data', () => {})
+      s.on('close', () => resolve())
+      s.on('error', () => resolve())
+    })
+    const seen = up.seen.find((x) => x.url.includes(`/ledger/${r}`))
+    expect(seen?.url).toBe(`/ledger/${r}`)
+  })
+
   test('rejections are counted by reason', async () => {
     const before = await metrics(gw.adminUrl)
     const r = res()

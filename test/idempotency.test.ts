@@ -53,6 +53,7 @@ describe('idempotency keys', () => {
     expect(second.body.equals(first.body)).toBe(true)
     expect(second.headers['content-type']).toBe(first.headers['content-type'])
     expect(second.headers['x-upstream']).toBe('yes')
+    expect(second.headers.via).toBe('1.1 fencegate')
     expect(up.seen.filter((s) => s.url === '/charge' && s.headers.some(([h, v]) => h.toLowerCase() === 'idempotency-key' && v === k))).toHaveLength(1)
   })
 
@@ -224,6 +225,14 @@ describe('idempotency keys', () => {
     await call('/scoped/x', k, {}, { authorization: 'Bearer bob' })
     expect(up.count('/scoped/x')).toBe(before + 2)
     expect((await call('/scoped/x', k, {}, { authorization: 'Bearer alice' })).headers['idempotent-replayed']).toBe('true')
+  })
+
+  test('scope: a request that does not carry what the scope names is refused, not put in a shared bucket', async () => {
+    const before = up.count('/scoped/anon')
+    const r = await call('/scoped/anon', key())
+    expect(r.status).toBe(400)
+    expect(r.json().type).toBe(`${P}idempotency-key-malformed`)
+    expect(up.count('/scoped/anon')).toBe(before)
   })
 
   test('ttl: a completed record is replayed for ttl, then the key is new again', async () => {

@@ -91,7 +91,11 @@ export class AuditQueue {
           }
         }
       }
-    })().finally(() => { this.#writing = undefined })
+    })().finally(() => {
+      this.#writing = undefined
+      // an entry pushed while the last batch was being written found #writing set: wake for it
+      if (this.#queue.length) this.#schedule()
+    })
     return this.#writing
   }
 

@@ -26,6 +26,15 @@ const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREAC
 class BodyLimitError extends Error {}
 
 /**
+ * The request target as the upstream must see it: origin-form. An absolute-form target
+ * (RFC 9112 §3.2.2) would let the client, not the gateway's Host, name the authority.
+ */
+const originForm = (target: string): string => {
+  if (target.startsWith('/')) return target
+  try { const u = new URL(target); return `${u.pathname}${u.search}` } catch { return target }
+}
+
+/**
  * What undici listens on to cancel a request. An EventEmitter is accepted as a signal and is far
  * cheaper to make per request than an AbortController (an EventTarget).
  */
@@ -77,13 +86,19 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     const { incoming, outgoing } = c.env
     const exchange = c.get('exchange')
     const buffered = c.get('body')
-    const declared = incoming.headers['content-length']
-    if (declared !== undefined && Number(declared) > maxBody) throw tooLarge(maxBody)
+    const declared = incoming.headers['content-length'] // over the limit: refused in routeEntry
     const hasBody = buffered !== undefined || declared !== undefined || incoming.headers['transfer-encoding'] !== undefined
     const body = buffered ?? (!hasBody ? null : declared !== undefined ? incoming : limited(incoming, maxBody))
 
     const abort = new Cancel()
     const onClose = () => { if (!outgoing.writableFinished) abort.abort() }
+    if (outgoing.destroyed || incoming.socket?.destroyed) {
+      // the client left while the checks ran: send nothing, give the claim back
+      await exchange?.onFailure({ sent: false })
+      c.set('outcome', 'bad_request')
+      c.set('code', 499)
+      return RESPONSE_ALREADY_SENT
+    }
     outgoing.once('close', onClose)
     if (fenced) {
       const fence = c.get('fence')
@@ -93,7 +108,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     let res: Dispatcher.ResponseData
     try {
       res = await pool.request({
-        path: incoming.url!,
+        path: originForm(incoming.url!),
         method: incoming.method as Dispatcher.HttpMethod,
         headers: requestHeaders(incoming, host, keep),
         body,
@@ -137,6 +152,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       if (!outgoing.writableFinished) {
         const reason = abort.aborted ? 'client_abort' : 'reset'
         unknown(reason)
+        await exchange?.onFailure({ sent: true, reason })
         c.set('unknownReason', reason)
         c.set('outcome', 'outcome_unknown')
         if (abort.aborted) c.set('code', 499)
@@ -196,13 +212,8 @@ function collect(body: Readable, limit: number): Promise<{ chunks: Buffer[]; siz
  * A larger body is passed through as it streams and reported with `body: undefined`.
  */
 async function respondCaptured(outgoing: ServerResponse, res: Dispatcher.ResponseData, headers: [string, string][], exchange: NonNullable<GatewayEnv['Variables']['exchange']>): Promise<void> {
-  let got
-  try {
-    got = await collect(res.body, exchange.captureBytes)
-  } catch (e) {
-    await exchange.onFailure({ sent: true, reason: 'reset' })
-    throw e
-  }
+  // a failure here is recorded by forward()'s catch, which knows whether the client left
+  const got = await collect(res.body, exchange.captureBytes)
   if (got.more) {
     await exchange.onResponse({ status: res.statusCode, headers, body: undefined })
     outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))

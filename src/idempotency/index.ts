@@ -18,7 +18,7 @@ import { Problem } from '../problems.js'
 import { storeProblem } from '../store/problem.js'
 import { readBody } from '../body.js'
 import { requestTemplateSource } from '../template-source.js'
-import { flat } from '../forward/headers.js'
+import { flat, VIA } from '../forward/headers.js'
 import { parseIdempotencyKey } from './key.js'
 import { fingerprint } from './fingerprint.js'
 
@@ -90,7 +90,13 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     const body = await readBody(incoming, maxBody)
     c.set('body', body)
     const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
-    const scope = i.scopeIsRoute ? '' : sha256hex(i.scope(requestTemplateSource(c)) ?? '')
+    let scope = ''
+    if (!i.scopeIsRoute) {
+      const filled = i.scope(requestTemplateSource(c))
+      // hashing "" would put every such request in one shared key space
+      if (filled === undefined) throw new Problem('idempotency-key-malformed', `This route scopes idempotency keys by "${route.config.idempotency!.scope}", which this request does not carry.`)
+      scope = sha256hex(filled)
+    }
     const recordKey: RecordKey = { route: route.name, scope, key }
     c.set('idempotencyRecord', recordKey)
     c.set('fingerprint', fp)
@@ -142,7 +148,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
 }
 
 function replay(outgoing: GatewayEnv['Bindings']['outgoing'], res: StoredResponse): Response {
-  outgoing.writeHead(res.status, flat(res.headers, ['idempotent-replayed', 'true']))
+  outgoing.writeHead(res.status, flat(res.headers, ['via', VIA, 'idempotent-replayed', 'true']))
   outgoing.end(res.body)
   return RESPONSE_ALREADY_SENT
 }
