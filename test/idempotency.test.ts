@@ -29,6 +29,7 @@ ${route('small', '/small/*', up.url, idem('      maxResponseBytes: 1KiB\n'))}\
 ${route('retry', '/retry/*', up.url, idem('      unknownOutcome: retry\n')).replace('timeout: 2s', 'timeout: 300ms')}\
 ${route('optional', '/optional/*', up.url, '    idempotency:\n      required: false\n')}\
 ${route('dead', '/dead/*', `http://127.0.0.1:${deadPort}`, idem())}\
+${route('single', '/single/*', up.url, idem()).replace('timeout: 2s', 'timeout: 2s\n      connections: 1')}\
 ${route('main', '/*', up.url, idem()).replace('timeout: 2s', 'timeout: 300ms')}`)
 })
 afterAll(async () => { await gw?.close(); await up?.close() })
@@ -191,6 +192,25 @@ describe('idempotency keys', () => {
       expect((await call('/dead/x', k)).status).toBe(502) // not 409: nothing was sent
     }, 'fencegate_idempotency_total', { route: 'dead', result: 'released' })
     expect(released).toBe(2)
+  })
+
+  test('a client that leaves while its request waits for an upstream connection: nothing was sent, so the key stays free', async () => {
+    const busy = call('/single/slow?ms=800', key()) // holds the route's only connection
+    await new Promise((r) => setTimeout(r, 100))
+    const k = key()
+    const before = up.count('/single/queued')
+    const { request } = await import('node:http')
+    await new Promise<void>((resolve) => {
+      const req = request(`${gw.url}/single/queued`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': k } })
+      req.on('error', () => resolve())
+      req.end('{"a":1}')
+      setTimeout(() => { req.destroy(); resolve() }, 250) // still queued behind the slow one
+    })
+    await busy
+    const retry = await call('/single/queued', k)
+    expect(retry.text).not.toContain('outcome-unknown')
+    expect(retry.status).toBe(201) // forwarded now, not 409 outcome-unknown
+    expect(up.count('/single/queued')).toBe(before + 1)
   })
 
   test('unknownOutcome: reject — the upstream applied the effect and timed out; the retry gets 409 outcome-unknown and is not forwarded', async () => {

@@ -57,6 +57,32 @@ async function* limited(incoming: IncomingMessage, limit: number): AsyncGenerato
   }
 }
 
+/** Request options with the hook `markSent` calls. */
+type SentAwareOptions = Dispatcher.RequestOptions & { onSent?: () => void }
+
+/**
+ * An undici interceptor that calls `opts.onSent` when undici starts writing the request to a
+ * socket (`onRequestStart`, right after the connection is ready). Before that — still
+ * connecting, or queued behind a full pool — nothing can have reached the upstream, whatever
+ * error ends the request; after it, the effect may have happened.
+ */
+const markSent: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, handler) => {
+  const onSent = (opts as SentAwareOptions).onSent
+  if (!onSent) return dispatch(opts, handler)
+  return dispatch(opts, {
+    onRequestStart: (controller, context) => {
+      handler.onRequestStart?.(controller, context)
+      // a request whose signal fired while it was queued is aborted right here, unwritten
+      if (!controller.aborted) onSent()
+    },
+    onRequestUpgrade: (controller, status, headers, socket) => handler.onRequestUpgrade?.(controller, status, headers, socket),
+    onResponseStart: (controller, status, headers, message) => handler.onResponseStart?.(controller, status, headers, message),
+    onResponseData: (controller, chunk) => handler.onResponseData?.(controller, chunk),
+    onResponseEnd: (controller, trailers) => handler.onResponseEnd?.(controller, trailers),
+    onResponseError: (controller, error) => handler.onResponseError?.(controller, error),
+  })
+}
+
 /** One undici Pool for a route's upstream; close them with `closeUpstreams`. */
 export function createUpstream(route: CompiledRoute): Pool {
   const u = route.config.upstream
@@ -78,6 +104,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
   const upstream = new URL(route.config.upstream.url)
   const host = upstream.host
   const maxBody = route.config.maxRequestBytes
+  const dispatcher = pool.compose(markSent)
   const keep = new Set([route.fencing?.tokenHeader, route.idempotency?.keyHeader].filter((h): h is string => !!h))
   const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
   const fenced = route.fencing !== undefined
@@ -100,20 +127,23 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       return RESPONSE_ALREADY_SENT
     }
     outgoing.once('close', onClose)
-    if (fenced) {
-      const fence = c.get('fence')
+    let sent = false
+    const fence = fenced ? c.get('fence') : undefined
+    const onSent = () => {
+      sent = true
       fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
     }
     const started = performance.now()
     let res: Dispatcher.ResponseData
     try {
-      res = await pool.request({
+      res = await dispatcher.request({
         path: originForm(incoming.url!),
         method: incoming.method as Dispatcher.HttpMethod,
         headers: requestHeaders(incoming, host, keep),
         body,
         signal: abort,
-      })
+        onSent,
+      } as SentAwareOptions)
     } catch (e) {
       outgoing.off('close', onClose)
       const err = e as Error & { code?: string }
@@ -121,7 +151,14 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         await exchange?.onFailure({ sent: false })
         throw tooLarge(maxBody)
       }
-      if (NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
+      if (!sent && abort.aborted) {
+        // the client left while undici was still connecting or queued: nothing reached the upstream
+        await exchange?.onFailure({ sent: false })
+        c.set('outcome', 'bad_request')
+        c.set('code', 499)
+        return RESPONSE_ALREADY_SENT
+      }
+      if (!sent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
         await exchange?.onFailure({ sent: false })
         throw new Problem('upstream-unavailable', `The upstream ${upstream.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`)
       }
