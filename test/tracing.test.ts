@@ -96,7 +96,7 @@ describe('traces (tracing on)', () => {
     expect(client).toHaveLength(1)
     expect(client[0].parentSpanContext?.spanId).toBe(forwarded.spanContext().spanId)
     expect(forwarded.attributes['fencegate.idempotency.result']).toBe('stored')
-    expect(forwarded.attributes['fencegate.idempotency.key_hash']).toBe(sha256('order-77'))
+    expect(forwarded.attributes['fencegate.idempotency.key_hash']).toBe(sha256('\norder-77')) // the attempt log's hash: scope (none) and key
 
     exporter.reset()
     const again = await post(`${gw.url}/ledger/c`, { amount: 1 }, headers)
@@ -104,7 +104,7 @@ describe('traces (tracing on)', () => {
     const replay = await serverSpan('replayed')
     expect(replay.attributes).toMatchObject({
       'fencegate.idempotency.result': 'replayed',
-      'fencegate.idempotency.key_hash': sha256('order-77'),
+      'fencegate.idempotency.key_hash': sha256('\norder-77'),
       'http.route': '/ledger/:res',
     })
     expect(replay.events.map((e) => e.name)).toContain('fencegate.idempotency.replayed')

@@ -7,7 +7,7 @@
  * gateway names it `{method} {http.route}` and adds the `fencegate.*` attributes. The CLIENT
  * span of the upstream call is `@opentelemetry/instrumentation-undici`'s.
  */
-import { createHash } from 'node:crypto'
+import { auditKeyHash } from '../audit/entry.js'
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { context as otelContext, trace, TraceFlags, type Span } from '@opentelemetry/api'
@@ -83,8 +83,11 @@ export function traceExemplar(): { trace_id: string; span_id: string } | undefin
   return { trace_id: sc.traceId, span_id: sc.spanId }
 }
 
-/** SHA-256 of an idempotency key, hex: what spans carry instead of the key. */
-export const keyHash = (key: string): string => createHash('sha256').update(key).digest('hex')
+/**
+ * What spans carry instead of the key: the attempt log's key hash (SHA-256 of scope hash and
+ * key), so a span and its audit row can be joined, and one key used by two tenants differs.
+ */
+export const keyHash = auditKeyHash
 
 /**
  * Starts annotating the request's SERVER span, if there is one: returns a function that writes
@@ -126,7 +129,7 @@ function annotateServerSpan(span: Span, c: Context<GatewayEnv>, outcome: string 
     span.setAttribute(ATTR.highest, String(fence.highest))
   }
   const record = c.get('idempotencyRecord')
-  if (record) span.setAttribute(ATTR.keyHash, keyHash(record.key))
+  if (record) span.setAttribute(ATTR.keyHash, keyHash(record.scope, record.key))
   const result = c.get('idempotencyResult') ?? resultOf(outcome)
   if (result) span.setAttribute(ATTR.result, result)
   if (outcome === 'stale' && fence) {
