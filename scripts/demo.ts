@@ -18,9 +18,8 @@
  * could not be reached).
  */
 import { randomBytes } from 'node:crypto'
-import { realpathSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import { Agent, request } from 'undici'
+import { isMain } from '../src/is-main.js'
 
 export interface DemoOptions {
   /** the gateway, e.g. http://127.0.0.1:8080 */
@@ -269,13 +268,4 @@ async function main(): Promise<number> {
   }
 }
 
-const executedDirectly = (): boolean => {
-  if (!process.argv[1]) return false
-  try {
-    return realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))
-  } catch {
-    return false
-  }
-}
-
-if (executedDirectly()) process.exitCode = await main()
+if (isMain(import.meta.url)) process.exitCode = await main()

@@ -1,29 +1,43 @@
 import type { IncomingMessage } from 'node:http'
+import type { Readable } from 'node:stream'
 import { Problem } from './problems.js'
 
 /**
  * Reads a request body into memory, at most `limit` bytes.
  * @throws Problem 413 body-too-large when it is longer (the rest is not read)
  */
-export function readBody(incoming: IncomingMessage, limit: number): Promise<Buffer> {
+export async function readBody(incoming: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(incoming.headers['content-length'] ?? -1)
-  if (declared > limit) return Promise.reject(tooLarge(limit))
-  if (declared === 0 || (declared < 0 && incoming.headers['transfer-encoding'] === undefined)) return Promise.resolve(EMPTY)
-  // 'data'/'end' listeners: an async iterator per request costs more than the body is long
+  if (declared > limit) throw tooLarge(limit)
+  if (declared === 0 || (declared < 0 && incoming.headers['transfer-encoding'] === undefined)) return EMPTY
+  const got = await collect(incoming, limit)
+  if (got.more) {
+    incoming.resume() // let the rest drain so the connection stays usable for the 413
+    throw tooLarge(limit)
+  }
+  return got.chunks.length === 1 ? got.chunks[0] : Buffer.concat(got.chunks, got.size)
+}
+
+/**
+ * Reads `body` until its end or until more than `limit` bytes came; then it is left paused,
+ * with what was read in `chunks`, for the caller to pass on or drain. 'data'/'end' listeners:
+ * an async iterator per request costs more than a small body is long.
+ */
+export function collect(body: Readable, limit: number): Promise<{ chunks: Buffer[]; size: number; more: boolean }> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let size = 0
+    const cleanup = () => { body.off('data', onData); body.off('end', onEnd); body.off('error', onError) }
     const onData = (chunk: Buffer) => {
       size += chunk.length
-      if (size > limit) { cleanup(); incoming.resume(); reject(tooLarge(limit)); return }
       chunks.push(chunk)
+      if (size > limit) { body.pause(); cleanup(); resolve({ chunks, size, more: true }) }
     }
-    const onEnd = () => { cleanup(); resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)) }
+    const onEnd = () => { cleanup(); resolve({ chunks, size, more: false }) }
     const onError = (e: Error) => { cleanup(); reject(e) }
-    const cleanup = () => { incoming.off('data', onData); incoming.off('end', onEnd); incoming.off('error', onError) }
-    incoming.on('data', onData)
-    incoming.on('end', onEnd)
-    incoming.on('error', onError)
+    body.on('data', onData)
+    body.on('end', onEnd)
+    body.on('error', onError)
   })
 }
 

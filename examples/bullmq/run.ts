@@ -14,7 +14,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -28,6 +28,7 @@ import { parseConfig } from '../../src/config/load.js'
 import { startGateway } from '../../src/server.js'
 import { createLogger } from '../../src/log.js'
 import { createChargeWorker, type ChargeJobData, type ChargeReply } from './worker.js'
+import { isMain } from '../../src/is-main.js'
 
 export interface BullmqExampleOptions {
   redisUrl?: string
@@ -259,16 +260,7 @@ export async function runBullmqExample(o: BullmqExampleOptions = {}): Promise<Bu
   return result
 }
 
-const executedDirectly = (): boolean => {
-  if (!process.argv[1]) return false
-  try {
-    return realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))
-  } catch {
-    return false
-  }
-}
-
-if (executedDirectly()) {
+if (isMain(import.meta.url)) {
   const r = await runBullmqExample()
   process.exitCode = r.ok ? 0 : 1
 }

@@ -10,7 +10,7 @@
  */
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { fileURLToPath } from 'node:url'
+import { isMain } from '../../src/is-main.js'
 
 export interface Charge {
   id: string
@@ -79,7 +79,7 @@ export async function startPayments(port = 9090, host = '127.0.0.1'): Promise<{ 
   }
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+if (isMain(import.meta.url)) {
   const { url } = await startPayments(Number(process.argv[2] ?? 9090))
   process.stdout.write(`sample payments service on ${url}\n`)
 }

@@ -30,9 +30,8 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { parseArgs } from 'node:util'
-import { realpathSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import { readJson, sendJson } from './http.js'
+import { isMain } from '../../src/is-main.js'
 
 export interface Claim { generation: number; worker: string; at: number; leaseUntil: number }
 export interface Refusal { op: 'ack' | 'renew'; worker: string; generation: number; currentGeneration: number | null; reason: string; at: number }
@@ -155,11 +154,7 @@ export async function startQueue(o: QueueOptions = {}): Promise<{ url: string; j
   return { url, jobs, close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()) }) }
 }
 
-const executedDirectly = (): boolean => {
-  try { return !!process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url)) } catch { return false }
-}
-
-if (executedDirectly()) {
+if (isMain(import.meta.url)) {
   const { values } = parseArgs({ options: { port: { type: 'string' }, 'first-generation': { type: 'string' } } })
   const q = await startQueue({ port: Number(values.port ?? process.env.RELAY_QUEUE_PORT ?? 0), firstGeneration: Number(values['first-generation'] ?? 1) })
   const stop = () => { q.close().then(() => process.exit(0)) }

@@ -21,7 +21,7 @@
  * store, logs) in place so `fencegate audit --config <it>` can be run again.
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve, sep } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -29,6 +29,7 @@ import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { call, sleep, type Reply } from './http.js'
 import { paymentsRoutes } from '../payments/routes.js'
+import { isMain } from '../../src/is-main.js'
 
 export interface RelayOptions {
   /** where the readable report goes; default process.stdout, `null` for silence */
@@ -337,11 +338,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
   return result
 }
 
-const executedDirectly = (): boolean => {
-  try { return !!process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url)) } catch { return false }
-}
-
-if (executedDirectly()) {
+if (isMain(import.meta.url)) {
   // last resort: a frozen or running child must not outlive us
   process.on('exit', () => { for (const c of children) if (c.alive) { try { c.proc.kill('SIGKILL') } catch { /* gone */ } } })
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {

@@ -29,9 +29,8 @@
  * taken over); 4 nothing to claim; 1 an error.
  */
 import { parseArgs } from 'node:util'
-import { realpathSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import { call, sleep } from './http.js'
+import { isMain } from '../../src/is-main.js'
 
 export interface ChargePayload { account: string; amount: number; currency: string }
 
@@ -134,11 +133,7 @@ async function main(): Promise<number> {
   }
 }
 
-const executedDirectly = (): boolean => {
-  try { return !!process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url)) } catch { return false }
-}
-
-if (executedDirectly()) {
+if (isMain(import.meta.url)) {
   process.exitCode = await main().catch((e) => {
     process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), pid: process.pid, event: 'error', error: (e as Error).message })}\n`)
     return 1

@@ -17,7 +17,7 @@ import type { CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { UnknownReason } from '../store/types.js'
 import { Problem } from '../problems.js'
-import { tooLarge } from '../body.js'
+import { tooLarge, collect } from '../body.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
 
 // Errors raised before any byte of the request could reach the upstream.
@@ -222,25 +222,6 @@ function pipeTo(body: Readable, outgoing: ServerResponse): Promise<void> {
     outgoing.once('finish', done)
     outgoing.once('close', early)
     body.pipe(outgoing)
-  })
-}
-
-/** Reads `body` until its end or until more than `limit` bytes came (then it is left paused). */
-function collect(body: Readable, limit: number): Promise<{ chunks: Buffer[]; size: number; more: boolean }> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = []
-    let size = 0
-    const cleanup = () => { body.off('data', onData); body.off('end', onEnd); body.off('error', onError) }
-    const onData = (chunk: Buffer) => {
-      size += chunk.length
-      chunks.push(chunk)
-      if (size > limit) { body.pause(); cleanup(); resolve({ chunks, size, more: true }) }
-    }
-    const onEnd = () => { cleanup(); resolve({ chunks, size, more: false }) }
-    const onError = (e: Error) => { cleanup(); reject(e) }
-    body.on('data', onData)
-    body.on('end', onEnd)
-    body.on('error', onError)
   })
 }
 
