@@ -2,7 +2,7 @@
 // SIGTERM draining, and two processes sharing one SQLite file.
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
 import { join } from 'node:path'
-import { writeFileSync, rmSync } from 'node:fs'
+import { writeFileSync, rmSync, existsSync } from 'node:fs'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
 import { post, send, metrics, metric } from './helpers/http.js'
@@ -38,6 +38,9 @@ describe('durability with the sqlite store', () => {
     let g = await gw.start()
     const first = await write(g, 'r', '5', 'k1')
     expect(first.status).toBe(201)
+    // store.path ./shared.db is relative to the config file's folder, not to the working directory
+    expect(existsSync(join(dir, 'shared.db'))).toBe(true)
+    expect(existsSync(join(process.cwd(), 'shared.db'))).toBe(false)
     expect(await g.stop()).toBe(0)
     g = await gw.start()
     expect((await write(g, 'r', '4', 'k2')).status).toBe(412)
