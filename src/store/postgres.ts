@@ -3,7 +3,10 @@
  *
  * Tables carry the schema version in their names (like the SQLite store) and live in
  * `store.schema`; `fencegate migrate` creates them, and so does start-up unless
- * `store.migrate: false`. Every operation is one round trip:
+ * `store.migrate: false`. The request path's operations (fence, claim, finish, release) are
+ * group-committed: the calls of one operation made in one event-loop turn, or while earlier
+ * batches of it run, go as one call of a `*_many` function — one round trip and one transaction
+ * for all of them (./batch.ts) — which applies each call as its single-call form would:
  * - fence: `INSERT … ON CONFLICT … DO UPDATE … WHERE highest < token RETURNING`, and when that
  *   returns no row (equal or stale token) a read of the mark, both in one plpgsql function so
  *   the second statement sees the row the first one compared against (or a later one);
@@ -24,6 +27,7 @@ import { randomUUID } from 'node:crypto'
 import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
 import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
 import type { AuditEntry, AuditLog } from '../audit/types.js'
+import { batcher } from './batch.js'
 
 export interface PostgresStoreOptions {
   /** postgres:// or postgresql:// URL; `?application_name=` names the connections (default "fencegate") */
@@ -164,6 +168,63 @@ BEGIN
   END IF;
 END
 $fn$;
+
+-- Batches (group commit): one round trip and one transaction for many calls of one operation.
+-- Each call runs as its single-call function would, in key order (then arrival order), so two
+-- batches lock rows in the same order and never deadlock each other; calls of one key run in
+-- the order they arrived.
+CREATE OR REPLACE FUNCTION ${s}.fg_fence_many_v1(p_resources text[], p_tokens bigint[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest INTO o_accepted, o_highest FROM ${s}.fg_fence_v1(p_resources[v_i], p_tokens[v_i]) f;
+    o_i := v_i;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_many_v1(
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease bigint[], p_exp bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_kind text, o_after text, o_abandoned boolean, o_lease bigint,
+  o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+      INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+      FROM ${s}.fg_claim_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease[v_i], p_exp[v_i], p_retry[v_i], p_now[v_i]) c;
+    o_i := v_i;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+-- finish (p_state set) or release (p_state NULL) of claims still held by p_cid
+CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v1(
+  p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_exp bigint[],
+  p_status integer[], p_headers text[], p_body bytea[], p_reason text[])
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    IF p_state[v_i] IS NULL THEN
+      DELETE FROM ${s}.fg_records_v1 t
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    ELSE
+      UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0, expires_at = p_exp[v_i], status = p_status[v_i],
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i]
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    END IF;
+  END LOOP;
+  RETURN coalesce(array_length(p_route, 1), 0);
+END
+$fn$;
 `
 }
 
@@ -176,6 +237,34 @@ interface ClaimRow {
   o_headers: string | null
   o_body: Buffer | null
   o_reason: string | null
+}
+
+interface FenceCall { resource: string; token: bigint }
+interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
+/** finish (with `done`) or release (without) */
+interface SettleCall { key: RecordKey; claimId: string; done?: Completion; expiresAt?: number }
+
+function claimResult(r: ClaimRow): ClaimResult {
+  switch (r.o_kind) {
+    case 'claimed': {
+      const out: ClaimResult = { kind: 'claimed' }
+      if (r.o_after) out.after = asReason(r.o_after)
+      if (r.o_abandoned) out.abandoned = true
+      return out
+    }
+    case 'completed':
+      return { kind: 'completed', response: { status: r.o_status!, headers: JSON.parse(r.o_headers ?? '[]'), body: r.o_body ?? Buffer.alloc(0) } }
+    case 'not_stored':
+      return { kind: 'not_stored', status: r.o_status ?? 0 }
+    case 'in_flight':
+      return { kind: 'in_flight', leaseUntil: Number(r.o_lease) }
+    case 'unknown':
+      return r.o_abandoned ? { kind: 'unknown', reason: asReason(r.o_reason), abandoned: true } : { kind: 'unknown', reason: asReason(r.o_reason) }
+    case 'mismatch':
+      return { kind: 'mismatch' }
+    default:
+      throw new Error(`claim function answered ${r.o_kind}`)
+  }
 }
 
 const REASONS = new Set<string>(['timeout', 'reset', 'client_abort', 'crash'])
@@ -247,6 +336,9 @@ export class PostgresStore implements Store {
   readonly audit: AuditLog
   /** the value written when the schema was first created */
   epoch = ''
+  readonly #fence: (call: FenceCall) => Promise<FenceResult>
+  readonly #claim: (call: ClaimCall) => Promise<ClaimResult>
+  readonly #settle: (call: SettleCall) => Promise<void>
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
   constructor(options: PostgresStoreOptions) {
@@ -258,6 +350,12 @@ export class PostgresStore implements Store {
     this.#s = quoted(schema)
     this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
     this.audit = { append: (batch) => this.#auditAppend(batch), query: (since, until, route) => this.#auditQuery(since, until, route) }
+    // a batch per operation and event-loop turn; a quarter of the pool each at most (audit and
+    // markers need connections too)
+    const batches = { maxInFlight: Math.max(1, Math.floor(pool / 4)) }
+    this.#fence = batcher((calls) => this.#fenceBatch(calls), batches)
+    this.#claim = batcher((calls) => this.#claimBatch(calls), batches)
+    this.#settle = batcher((calls) => this.#settleBatch(calls), batches)
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => {
         this.reap(Date.now()).catch(() => { /* next round */ })
@@ -277,7 +375,13 @@ export class PostgresStore implements Store {
     try {
       const { rows } = await store.#pool.query(`SELECT value FROM ${store.#s}.fg_meta_v1 WHERE name = 'epoch'`)
       store.epoch = rows[0]?.value ?? ''
+      const { rows: fns } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${store.#s}.fg_settle_many_v1`])
+      if (!fns[0].ok) {
+        await store.close()
+        throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
+      }
     } catch (e) {
+      if (e instanceof StoreError) throw e
       await store.close()
       const missing = (e as { code?: string }).code === '42P01'
       throw new StoreError(missing
@@ -315,14 +419,7 @@ export class PostgresStore implements Store {
   }
 
   fence(resource: string, token: bigint): Promise<FenceResult> {
-    return this.#run('fence', async () => {
-      const { rows } = await this.#pool.query({
-        name: 'fg_fence',
-        text: `SELECT o_accepted, o_highest FROM ${this.#s}.fg_fence_v1($1, $2::bigint)`,
-        values: [resource, token.toString()],
-      })
-      return { accepted: rows[0].o_accepted === true, highest: BigInt(rows[0].o_highest) }
-    })
+    return this.#run('fence', () => this.#fence({ resource, token }))
   }
 
   highest(resource: string): Promise<bigint | undefined> {
@@ -337,59 +434,65 @@ export class PostgresStore implements Store {
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#run('claim', async () => {
-      const { rows } = await this.#pool.query<ClaimRow>({
-        name: 'fg_claim',
-        text: `SELECT * FROM ${this.#s}.fg_claim_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-        values: [key.route, key.scope, key.key, req.fingerprint, req.claimId, now + req.leaseMs, now + req.ttlMs, req.retryUnknown, now],
-      })
-      const r = rows[0]
-      switch (r.o_kind) {
-        case 'claimed': {
-          const out: ClaimResult = { kind: 'claimed' }
-          if (r.o_after) out.after = asReason(r.o_after)
-          if (r.o_abandoned) out.abandoned = true
-          return out
-        }
-        case 'completed':
-          return { kind: 'completed', response: { status: r.o_status!, headers: JSON.parse(r.o_headers ?? '[]'), body: r.o_body ?? Buffer.alloc(0) } }
-        case 'not_stored':
-          return { kind: 'not_stored', status: r.o_status ?? 0 }
-        case 'in_flight':
-          return { kind: 'in_flight', leaseUntil: Number(r.o_lease) }
-        case 'unknown':
-          return r.o_abandoned ? { kind: 'unknown', reason: asReason(r.o_reason), abandoned: true } : { kind: 'unknown', reason: asReason(r.o_reason) }
-        case 'mismatch':
-          return { kind: 'mismatch' }
-        default:
-          throw new Error(`claim function answered ${r.o_kind}`)
-      }
-    })
+    return this.#run('claim', () => this.#claim({ key, req, now }))
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', async () => {
-      await this.#pool.query({
-        name: 'fg_finish',
-        text: `UPDATE ${this.#s}.fg_records_v1 SET state = $5, lease_until = 0, expires_at = $6, status = $7, headers = $8, body = $9, reason = $10
-          WHERE route = $1 AND scope = $2 AND key = $3 AND claim_id = $4 AND state = 'in_flight'`,
-        values: [key.route, key.scope, key.key, claimId, done.kind, now + ttlMs,
-          done.kind === 'completed' ? done.response.status : done.kind === 'not_stored' ? done.status : null,
-          done.kind === 'completed' ? JSON.stringify(done.response.headers) : null,
-          done.kind === 'completed' ? done.response.body : null,
-          done.kind === 'unknown' ? done.reason : null],
-      })
-    })
+    return this.#run('finish', () => this.#settle({ key, claimId, done, expiresAt: now + ttlMs }))
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#run('release', async () => {
-      await this.#pool.query({
-        name: 'fg_release',
-        text: `DELETE FROM ${this.#s}.fg_records_v1 WHERE route = $1 AND scope = $2 AND key = $3 AND claim_id = $4 AND state = 'in_flight'`,
-        values: [key.route, key.scope, key.key, claimId],
-      })
+    return this.#run('release', () => this.#settle({ key, claimId }))
+  }
+
+  // ------------------------------------------------------------- batches (one round trip each)
+
+  #fenceBatch(calls: readonly FenceCall[]): Promise<FenceResult[]> {
+    return this.#many<{ o_i: number; o_accepted: boolean; o_highest: string }, FenceResult>(calls.length, {
+      name: 'fg_fence_many',
+      text: `SELECT o_i, o_accepted, o_highest FROM ${this.#s}.fg_fence_many_v1($1::text[], $2::bigint[])`,
+      values: [calls.map((c) => c.resource), calls.map((c) => c.token.toString())],
+    }, (r) => ({ accepted: r.o_accepted === true, highest: BigInt(r.o_highest) }))
+  }
+
+  #claimBatch(calls: readonly ClaimCall[]): Promise<ClaimResult[]> {
+    return this.#many<ClaimRow & { o_i: number }, ClaimResult>(calls.length, {
+      name: 'fg_claim_many',
+      text: `SELECT * FROM ${this.#s}.fg_claim_many_v1($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint[])`,
+      values: [
+        calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key),
+        calls.map((c) => c.req.fingerprint), calls.map((c) => c.req.claimId),
+        calls.map((c) => c.now + c.req.leaseMs), calls.map((c) => c.now + c.req.ttlMs),
+        calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
+      ],
+    }, claimResult)
+  }
+
+  async #settleBatch(calls: readonly SettleCall[]): Promise<void[]> {
+    const done = (c: SettleCall) => c.done
+    await this.#pool.query({
+      name: 'fg_settle_many',
+      text: `SELECT ${this.#s}.fg_settle_many_v1($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[])`,
+      values: [
+        calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key), calls.map((c) => c.claimId),
+        calls.map((c) => done(c)?.kind ?? null),
+        calls.map((c) => c.expiresAt ?? 0),
+        calls.map((c) => { const d = done(c); return d?.kind === 'completed' ? d.response.status : d?.kind === 'not_stored' ? d.status : null }),
+        calls.map((c) => { const d = done(c); return d?.kind === 'completed' ? JSON.stringify(d.response.headers) : null }),
+        calls.map((c) => { const d = done(c); return d?.kind === 'completed' ? d.response.body : null }),
+        calls.map((c) => { const d = done(c); return d?.kind === 'unknown' ? d.reason : null }),
+      ],
     })
+    return calls.map(() => undefined)
+  }
+
+  /** Runs a batch function whose rows carry `o_i`, the 1-based index of the call they answer. */
+  async #many<R extends { o_i: number }, O>(n: number, query: pg.QueryConfig, map: (row: R) => O): Promise<O[]> {
+    const { rows } = await this.#pool.query<R>(query)
+    const out = new Array<O>(n)
+    for (const r of rows) out[r.o_i - 1] = map(r)
+    if (rows.length !== n) throw new Error(`batch of ${n} answered ${rows.length} rows`)
+    return out
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {

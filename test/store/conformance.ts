@@ -206,6 +206,17 @@ export function describeStoreConformance(
         expect(await s.highest('res/race')).toBe(100n)
       })
 
+      test('calls made together keep their order per resource, across resources (batched stores group them)', async () => {
+        const s = await open()
+        const results = await Promise.all([
+          s.fence('res/b', 5n), s.fence('res/a', 9n), s.fence('res/b', 3n), s.fence('res/a', 9n), s.fence('res/b', 7n), s.fence('res/a', 1n),
+        ])
+        expect(results).toEqual([
+          { accepted: true, highest: 5n }, { accepted: true, highest: 9n }, { accepted: false, highest: 5n },
+          { accepted: true, highest: 9n }, { accepted: true, highest: 7n }, { accepted: false, highest: 9n },
+        ])
+      })
+
       if (options.makeSecond) {
         test('two clients on the same state: sequential fences see each other', async () => {
           const a = await open()
@@ -342,6 +353,21 @@ export function describeStoreConformance(
         await s.finish(key(), `c${winners[0]}`, { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 3)
         expectResponse(await s.claim(key(), req('y'), T0 + 4), sampleResponse())
       })
+    })
+
+    test('a claim, its finish and a release made together with other keys answer each their own call', async () => {
+      const s = await open()
+      const k = (n: string): RecordKey => ({ ...key(), key: n })
+      await Promise.all([s.claim(k('m1'), req('a'), T0), s.claim(k('m2'), req('b'), T0), s.claim(k('m3'), req('c'), T0)])
+      await Promise.all([
+        s.finish(k('m1'), 'a', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1),
+        s.release(k('m2'), 'b'),
+        s.finish(k('m3'), 'c', { kind: 'unknown', reason: 'timeout' }, 60_000, T0 + 1),
+      ])
+      const [r1, r2, r3] = await Promise.all([s.claim(k('m1'), req('x'), T0 + 2), s.claim(k('m2'), req('y'), T0 + 2), s.claim(k('m3'), req('z'), T0 + 2)])
+      expectResponse(r1, sampleResponse())
+      expect(r2).toEqual({ kind: 'claimed' })
+      expect(r3).toEqual({ kind: 'unknown', reason: 'timeout' })
     })
 
     describe('ttl', () => {

@@ -1,0 +1,49 @@
+/**
+ * Group commit for a networked store: calls of one operation made while `maxInFlight` batches
+ * of it are running wait, and go to the server together as the next batch — one round trip and
+ * one commit for all of them. A quiet gateway sends each call at the end of its event-loop turn,
+ * so batching adds no waiting when there is nothing to wait for.
+ *
+ * Built on DataLoader (cache off: every call is its own entry, equal inputs included), whose
+ * `batchScheduleFn` holds a batch open until a slot is free.
+ */
+import DataLoader from 'dataloader'
+
+export interface BatchOptions {
+  /** batches of this operation running at once; default 2 */
+  maxInFlight?: number
+  /** most calls in one batch; default 256 */
+  maxBatch?: number
+}
+
+/**
+ * @param run executes a batch; must resolve with one result per input, in input order (an Error
+ *   in the array rejects that call alone); a rejection rejects every call of the batch
+ * @returns a function that queues one call and resolves with its result
+ */
+export function batcher<I, O>(run: (inputs: readonly I[]) => Promise<(O | Error)[]>, options: BatchOptions = {}): (input: I) => Promise<O> {
+  const { maxInFlight = 2, maxBatch = 256 } = options
+  let inFlight = 0
+  const waiting: (() => void)[] = []
+  const loader = new DataLoader<I, O>(async (inputs) => {
+    try {
+      return await run(inputs)
+    } finally {
+      const next = waiting.shift()
+      if (next) next() // the slot passes straight to the batch that waited for it
+      else inFlight--
+    }
+  }, {
+    cache: false,
+    maxBatchSize: maxBatch,
+    batchScheduleFn: (dispatch) => {
+      if (inFlight < maxInFlight) {
+        inFlight++
+        setImmediate(dispatch) // collect the rest of this event-loop turn's calls first
+      } else {
+        waiting.push(dispatch)
+      }
+    },
+  })
+  return (input) => loader.load(input)
+}
