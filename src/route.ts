@@ -4,7 +4,7 @@
  */
 import type { RouteConfig } from './config/schema.js'
 import { compileTemplate, pathParams, type Template } from './config/template.js'
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 
 export interface CompiledRoute {
   name: string
@@ -20,7 +20,8 @@ export interface CompiledRoute {
   } & Omit<NonNullable<RouteConfig['idempotency']>, 'keyHeader' | 'required' | 'methods' | 'scope'>
 }
 
-export const sha256hex = (s: string | Buffer): string => createHash('sha256').update(s).digest('hex')
+/** hex SHA-256; `crypto.hash` (Node ≥ 20.12) is one call, without a Hash object per digest. */
+export const sha256hex = (s: string | Buffer): string => hash('sha256', s, 'hex')
 
 export function compileRoute(r: RouteConfig): CompiledRoute {
   const params = pathParams(r.match.path)

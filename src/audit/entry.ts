@@ -23,14 +23,14 @@ export function activeTraceId(): string | undefined {
 }
 
 export function attemptEntry(c: Context<GatewayEnv>, outcome: Outcome, status: number, durationMs: number, traceId: string | undefined): AuditEntry {
-  const v = c.var
-  const fence = v.fence
-  const record = v.idempotencyRecord
+  const v = <K extends keyof GatewayEnv['Variables']>(k: K) => c.get(k) // c.var copies them all
+  const fence = v('fence')
+  const record = v('idempotencyRecord')
   const e: AuditEntry = {
     time: Date.now(),
     kind: 'attempt',
     replica: REPLICA,
-    route: v.route?.name ?? 'none',
+    route: v('route')?.name ?? 'none',
     method: c.env.incoming.method ?? 'GET',
     outcome,
     status,
@@ -38,14 +38,14 @@ export function attemptEntry(c: Context<GatewayEnv>, outcome: Outcome, status: n
   }
   if (fence) { e.resource = fence.resource; e.token = String(fence.token) }
   if (record) e.keyHash = auditKeyHash(record.scope, record.key)
-  if (v.fingerprint) e.fingerprint = v.fingerprint
-  const result = v.idempotencyResult ?? (outcome === 'in_flight' || outcome === 'key_reused' ? outcome : undefined)
+  if (v('fingerprint')) e.fingerprint = v('fingerprint')
+  const result = v('idempotencyResult') ?? (outcome === 'in_flight' || outcome === 'key_reused' ? outcome : undefined)
   if (result) e.result = result
-  if (v.unknownReason) e.unknown = v.unknownReason
-  if (v.abandoned) e.abandoned = true
-  if (v.duplicateForward) e.duplicate = true
+  if (v('unknownReason')) e.unknown = v('unknownReason')
+  if (v('abandoned')) e.abandoned = true
+  if (v('duplicateForward')) e.duplicate = true
   if (fence?.overtaken) e.overtaken = true
-  if (v.upstreamStatus !== undefined) e.upstreamStatus = v.upstreamStatus
+  if (v('upstreamStatus') !== undefined) e.upstreamStatus = v('upstreamStatus')
   if (traceId) e.traceId = traceId
   return e
 }

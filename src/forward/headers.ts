@@ -17,6 +17,8 @@ export const VIA = '1.1 fencegate'
 /** The field names listed in Connection header values, lower-cased. */
 export function connectionNamed(values: string | string[] | undefined): Set<string> | undefined {
   if (values === undefined) return undefined
+  // the usual values name only fields that are removed anyway
+  if (values === 'keep-alive' || values === 'close') return undefined
   const out = new Set<string>()
   for (const v of Array.isArray(values) ? values : [values]) {
     for (const part of v.split(',')) {

@@ -7,7 +7,7 @@
  * (`trace_id`, `span_id` of the sampled request), which only OpenMetrics can show.
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
-import { traceExemplar } from './tracing.js'
+import { traceExemplar, tracingOn } from './tracing.js'
 
 // A proxy's latencies: from half a millisecond to the longest upstream timeout worth seeing.
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -65,8 +65,14 @@ export interface InFlightSource {
   readonly resources: number
 }
 
-export function createMetrics(version: string) {
+/**
+ * @param options.exemplars duration histograms carry trace exemplars; default: when tracing
+ *   has started in this process (without traces there is nothing to point at, and an exemplar
+ *   observation costs several plain ones)
+ */
+export function createMetrics(version: string, options: { exemplars?: boolean } = {}) {
   let inFlight: InFlightSource | undefined
+  const TimedHistogram = (options.exemplars ?? tracingOn()) ? TracedHistogram : Histogram
   // OpenMetrics from the start: prom-client refuses exemplar metrics on a Prometheus registry
   const registry = new Registry<OpenMetricsContentType>()
   registry.setContentType(OPENMETRICS)
@@ -77,8 +83,8 @@ export function createMetrics(version: string) {
   const m = {
     registry,
     requests: new Counter({ name: 'fencegate_requests_total', help: 'Requests by route, method, status code and what the gateway decided.', labelNames: ['route', 'method', 'code', 'outcome'] as const, registers: [registry] }),
-    requestDuration: new TracedHistogram({ name: 'fencegate_request_duration_seconds', help: 'Time from request to the end of the response, seconds.', labelNames: ['route', 'outcome'] as const, buckets: BUCKETS, registers: [registry] }),
-    upstreamDuration: new TracedHistogram({ name: 'fencegate_upstream_duration_seconds', help: 'Time from sending upstream to its response headers, seconds.', labelNames: ['route', 'code'] as const, buckets: BUCKETS, registers: [registry] }),
+    requestDuration: new TimedHistogram({ name: 'fencegate_request_duration_seconds', help: 'Time from request to the end of the response, seconds.', labelNames: ['route', 'outcome'] as const, buckets: BUCKETS, registers: [registry] }),
+    upstreamDuration: new TimedHistogram({ name: 'fencegate_upstream_duration_seconds', help: 'Time from sending upstream to its response headers, seconds.', labelNames: ['route', 'code'] as const, buckets: BUCKETS, registers: [registry] }),
     fencingRejections: new Counter({ name: 'fencegate_fencing_rejections_total', help: 'Requests refused by fencing: stale token, missing token, malformed token.', labelNames: ['route', 'reason'] as const, registers: [registry] }),
     idempotency: new Counter({ name: 'fencegate_idempotency_total', help: 'Idempotency decisions: stored, replayed, in_flight, key_reused, released, not_stored.', labelNames: ['route', 'result'] as const, registers: [registry] }),
     unknownOutcomes: new Counter({ name: 'fencegate_unknown_outcomes_total', help: 'Requests sent (or maybe sent) upstream with no complete response: the effect may or may not have happened.', labelNames: ['route', 'reason'] as const, registers: [registry] }),
@@ -92,7 +98,7 @@ export function createMetrics(version: string) {
       collect() { this.set(inFlight?.resources ?? 0) },
     }),
     duplicateForwards: new Counter({ name: 'fencegate_duplicate_forwards_total', help: 'Keys forwarded again after an unknown outcome (unknownOutcome: retry): possible duplicate effects.', labelNames: ['route'] as const, registers: [registry] }),
-    storeDuration: new TracedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
+    storeDuration: new TimedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
     auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries) or store_error (the store refused the batch).', labelNames: ['reason'] as const, registers: [registry] }),
     storeStateLost: new Gauge({ name: 'fencegate_store_state_lost', help: '1 while the store has lost its state (epoch marker changed or missing) and no operator accepted it; fenced and idempotent routes answer 503.', labelNames: ['store'] as const, registers: [registry] }),

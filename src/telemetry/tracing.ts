@@ -48,6 +48,9 @@ export const EVENT_REPLAYED = 'fencegate.idempotency.replayed'
  */
 export let replacedTraceFields: readonly string[] = []
 
+/** True once the SDK started in this process (`startTracing`), until it shuts down. */
+export const tracingOn = (): boolean => replacedTraceFields.length > 0
+
 /** Set by the SDK start-up to the propagator's fields. */
 export function setReplacedTraceFields(fields: readonly string[]): void {
   replacedTraceFields = fields.map((f) => f.toLowerCase())
