@@ -5,7 +5,7 @@
 import type { HttpBindings } from '@hono/node-server'
 import type { CompiledRoute } from './route.js'
 import type { Outcome } from './problems.js'
-import type { RecordKey, UnknownReason } from './store/types.js'
+import type { FenceResult, RecordKey, UnknownReason } from './store/types.js'
 
 /** What the upstream answered, as the idempotency layer sees it before the client does. */
 export interface UpstreamResponse {
@@ -42,6 +42,19 @@ export interface Fence {
   overtaken?: boolean
 }
 
+/**
+ * A fencing check that `fencing()` hands to `idempotency()`, so the store can answer it with the
+ * claim in one call (`Store.admit`). Whoever makes it calls `settle` with the store's answer;
+ * `forward()` refuses to send a request whose check is still pending.
+ */
+export interface PendingFence {
+  resource: string
+  token: bigint
+  settled: boolean
+  /** records the answer on the request (`c.var.fence`); throws the 412 problem when stale */
+  settle(result: FenceResult): void
+}
+
 /** The part of the fencing in-flight tracker `forward()` uses (src/fencing/inflight.ts). */
 export interface FenceFlights {
   markSent(fence: Fence): void
@@ -57,6 +70,8 @@ export type GatewayEnv = {
     exchange: Exchange
     /** filled by fencing: for logs and traces */
     fence: Fence
+    /** set by fencing on routes with idempotency: the check idempotency makes with its claim */
+    pendingFence: PendingFence
     /** the status to count when none was sent: 499 for a client that left (nginx's convention) */
     code: number
     /** filled by idempotency */

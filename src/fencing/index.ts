@@ -9,7 +9,7 @@
  * token waits for the older ones instead (503 `serialize-timeout` when the wait runs out).
  */
 import type { MiddlewareHandler } from 'hono'
-import type { GatewayEnv, Fence } from '../context.js'
+import type { GatewayEnv, PendingFence } from '../context.js'
 import type { CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
@@ -21,6 +21,21 @@ import { requestTemplateSource } from '../template-source.js'
 import { InFlight } from './inflight.js'
 
 export { InFlight } from './inflight.js'
+
+/**
+ * Makes a fencing check on its own (no claim with it) and settles it; a no-op once settled.
+ * @throws Problem 412 stale-fencing-token, 503 store-unavailable
+ */
+export async function settleFence(check: PendingFence | undefined, store: Store): Promise<void> {
+  if (!check || check.settled) return
+  let result
+  try {
+    result = await store.fence(check.resource, check.token)
+  } catch (e) {
+    throw storeProblem(e)
+  }
+  check.settle(result)
+}
 
 /**
  * @example
@@ -42,6 +57,9 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
   // when the request had a record, else for one more upstream timeout after it ended
   const leaseMs = route.config.idempotency?.lease
   const upstreamTimeout = route.config.upstream.timeout
+  // with idempotency on the route, the check waits for the claim so both take one store call;
+  // with serialize it must come first (the wait for older tokens sits between the two)
+  const handOff = route.idempotency !== undefined && !serialize
   const count = inFlight.route(route.name)
   const overtaken = { route: route.name }
   metrics.fencingOvertaken.inc(overtaken, 0) // present from the start, so increase() sees the first one
@@ -74,16 +92,23 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
     count.n++
     const started = serialize ? Date.now() : 0
     let held = false
+    const check: PendingFence = {
+      resource: res!,
+      token: token!,
+      settled: false,
+      settle(result) {
+        check.settled = true
+        c.set('fence', { resource: res!, token: token!, highest: result.highest, flights })
+        if (!result.accepted) stale(res!, token!, result.highest)
+      },
+    }
     try {
-      let result
-      try {
-        result = await store.fence(res!, token!)
-      } catch (e) {
-        throw storeProblem(e)
+      if (handOff) {
+        // idempotency() makes the check, together with its claim (Store.admit)
+        c.set('pendingFence', check)
+      } else {
+        await settleFence(check, store)
       }
-      const fence: Fence = { resource: res!, token: token!, highest: result.highest, flights }
-      c.set('fence', fence)
-      if (!result.accepted) stale(res!, token!, result.highest)
       if (serialize) {
         if (!(await inFlight.waitForOlder(flights, token!, waitMs))) {
           const retry = flights.heldUntil > Date.now() ? Math.ceil((flights.heldUntil - Date.now()) / 1000) : 1
@@ -98,14 +123,15 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
         if (flights.sent > token!) stale(res!, token!, flights.sent)
       }
       await next()
-      if (fence.sent && flights.sent > token!) {
+      const fence = c.get('fence')
+      if (fence?.sent && flights.sent > token!) {
         fence.overtaken = true
         metrics.fencingOvertaken.inc(overtaken)
         log.warn('a request ended after one with a newer fencing token for the same resource had been sent upstream: the upstream may have applied the older write last', {
           route: route.name, token: String(token), newerToken: String(flights.sent),
         })
       }
-      if (serialize && fence.sent && c.get('outcome') === 'outcome_unknown') {
+      if (serialize && fence?.sent && c.get('outcome') === 'outcome_unknown') {
         const until = c.get('exchange') !== undefined && leaseMs !== undefined ? started + leaseMs : Date.now() + upstreamTimeout
         if (until > Date.now()) {
           held = true

@@ -111,6 +111,8 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
 
   return async function forward(c) {
     const { incoming, outgoing } = c.env
+    // every path through idempotency() settles fencing's check; never send one left unmade
+    if (c.get('pendingFence')?.settled === false) throw new Error('the fencing check was not made before forwarding')
     const exchange = c.get('exchange')
     const buffered = c.get('body')
     const declared = incoming.headers['content-length'] // over the limit: refused in routeEntry

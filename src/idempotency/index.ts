@@ -13,7 +13,8 @@ import type { Exchange, GatewayEnv } from '../context.js'
 import { sha256hex, type CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
-import type { RecordKey, Store, StoredResponse } from '../store/types.js'
+import { admitOf, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse } from '../store/types.js'
+import { settleFence } from '../fencing/index.js'
 import { Problem } from '../problems.js'
 import { storeProblem } from '../store/problem.js'
 import { readBody } from '../body.js'
@@ -39,6 +40,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
   const maxBody = route.config.maxRequestBytes
   const waitMs = route.config.upstream.timeout
   const count = (result: string) => metrics.idempotency.inc({ route: route.name, result })
+  const admit = admitOf(store)
 
   // `count` counts a result and notes it on the request (c.var idempotencyResult, for traces)
   const exchange = (key: RecordKey, claimId: string, count: (result: string) => void): Exchange => ({
@@ -77,23 +79,34 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
 
   return async function idempotency(c, next) {
     const incoming = c.env.incoming
-    if (!i.methods.has(incoming.method!)) return next()
+    // fencing's check, left for this middleware to make with the claim (one store call)
+    const check = c.get('pendingFence')
+    if (!i.methods.has(incoming.method!)) { await settleFence(check, store); return next() }
     const raw = incoming.headers[i.keyHeader]
     if (raw === undefined) {
+      await settleFence(check, store) // a stale token is refused first: fencing comes first
       if (!i.required) return next()
       throw new Problem('idempotency-key-required', `This route requires an ${route.config.idempotency!.keyHeader} header naming the operation, so a retry cannot apply it twice.`)
     }
     const key = parseIdempotencyKey(Array.isArray(raw) ? raw.join(', ') : raw)
     if (key === undefined) {
+      await settleFence(check, store)
       throw new Problem('idempotency-key-malformed', `${route.config.idempotency!.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`)
     }
-    const body = await readBody(incoming, maxBody)
+    let body
+    try {
+      body = await readBody(incoming, maxBody)
+    } catch (e) {
+      await settleFence(check, store)
+      throw e
+    }
     c.set('body', body)
     const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
     let scope = ''
     if (!i.scopeIsRoute) {
       const filled = i.scope(requestTemplateSource(c))
       // hashing "" would put every such request in one shared key space
+      if (filled === undefined) await settleFence(check, store)
       if (filled === undefined) throw new Problem('idempotency-key-malformed', `This route scopes idempotency keys by "${route.config.idempotency!.scope}", which this request does not carry.`)
       scope = sha256hex(filled)
     }
@@ -101,13 +114,25 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     c.set('idempotencyRecord', recordKey)
     c.set('fingerprint', fp)
     const claimId = randomUUID()
+    const claimRequest: ClaimRequest = { fingerprint: fp, claimId, leaseMs: i.lease, ttlMs: i.ttl, retryUnknown: i.unknownOutcome === 'retry' }
     const deadline = Date.now() + waitMs
     for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {
-      let result
-      try {
-        result = await store.claim(recordKey, { fingerprint: fp, claimId, leaseMs: i.lease, ttlMs: i.ttl, retryUnknown: i.unknownOutcome === 'retry' }, Date.now())
-      } catch (e) {
-        throw storeProblem(e)
+      let result: ClaimResult
+      if (check && !check.settled) {
+        let admitted
+        try {
+          admitted = await admit(check, recordKey, claimRequest, Date.now())
+        } catch (e) {
+          throw storeProblem(e)
+        }
+        check.settle(admitted.fence) // 412 when stale: the key was left untouched
+        result = admitted.claim!
+      } else {
+        try {
+          result = await store.claim(recordKey, claimRequest, Date.now())
+        } catch (e) {
+          throw storeProblem(e)
+        }
       }
       if ('abandoned' in result && result.abandoned) {
         metrics.unknownOutcomes.inc({ route: route.name, reason: 'crash' })

@@ -102,6 +102,15 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         throw e
       })
     },
+    // without admit in the store, idempotency makes fence and claim in turn (admitOf)
+    admit: inner.admit && ((fence, key, req, now) => {
+      const attempt = inner.admit!(fence, key, req, now)
+      return call('admit', () => attempt).catch((e) => {
+        // as for claim: a claim the slow store still makes is given back
+        attempt.then((r) => { if (r.claim?.kind === 'claimed') return inner.release(key, req.claimId) }).catch(() => {})
+        throw e
+      })
+    }),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),

@@ -9,7 +9,7 @@
 import { LRUCache } from 'lru-cache'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
 import { MemoryAuditLog } from '../audit/memory.js'
 
 export interface MemoryStoreOptions {
@@ -74,6 +74,10 @@ export class MemoryStore implements Store {
 
   async fence(resource: string, token: bigint): Promise<FenceResult> {
     this.#open('fence')
+    return this.#fence(resource, token)
+  }
+
+  #fence(resource: string, token: bigint): FenceResult {
     const highest = this.#fences.get(resource)
     if (highest === undefined) {
       if (this.#fences.size >= this.#maxResources) {
@@ -86,6 +90,14 @@ export class MemoryStore implements Store {
     return { accepted: true, highest: token }
   }
 
+  /** fence and claim in one synchronous section: nothing else runs between them */
+  async admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
+    this.#open('admit')
+    const result = this.#fence(fence.resource, fence.token)
+    if (!result.accepted) return { fence: result }
+    return { fence: result, claim: this.#claim(key, req, now) }
+  }
+
   async highest(resource: string): Promise<bigint | undefined> {
     this.#open('highest')
     return this.#fences.get(resource)
@@ -93,6 +105,10 @@ export class MemoryStore implements Store {
 
   async claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
     this.#open('claim')
+    return this.#claim(key, req, now)
+  }
+
+  #claim(key: RecordKey, req: ClaimRequest, now: number): ClaimResult {
     const id = recordId(key)
     const { result, write } = decideClaim(this.#get(id), req, now)
     if (write) this.#put(id, write, now)

@@ -24,7 +24,7 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
 import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
 import type { AuditEntry, AuditLog } from '../audit/types.js'
 import { batcher } from './batch.js'
@@ -204,6 +204,38 @@ BEGIN
 END
 $fn$;
 
+-- fence and, when it accepts, claim: every fence of the batch first (resource order), then the
+-- claims (key order), so admit batches take row locks in the same order as the others
+CREATE OR REPLACE FUNCTION ${s}.fg_admit_many_v1(
+  p_resources text[], p_tokens bigint[],
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease bigint[], p_exp bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_kind text, o_after text, o_abandoned boolean,
+  o_lease bigint, o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_accepted boolean[] := '{}';
+  v_highest text[] := '{}';
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest INTO o_accepted, o_highest FROM ${s}.fg_fence_v1(p_resources[v_i], p_tokens[v_i]) f;
+    v_accepted[v_i] := o_accepted;
+    v_highest[v_i] := o_highest;
+  END LOOP;
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_accepted := v_accepted[v_i]; o_highest := v_highest[v_i];
+    o_kind := NULL; o_after := NULL; o_abandoned := NULL; o_lease := NULL; o_status := NULL; o_headers := NULL; o_body := NULL; o_reason := NULL;
+    IF o_accepted THEN
+      SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+        INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+        FROM ${s}.fg_claim_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease[v_i], p_exp[v_i], p_retry[v_i], p_now[v_i]) c;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
 -- finish (p_state set) or release (p_state NULL) of claims still held by p_cid
 CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v1(
   p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_exp bigint[],
@@ -241,6 +273,7 @@ interface ClaimRow {
 
 interface FenceCall { resource: string; token: bigint }
 interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
+interface AdmitCall extends ClaimCall { fence: FenceRequest }
 /** finish (with `done`) or release (without) */
 interface SettleCall { key: RecordKey; claimId: string; done?: Completion; expiresAt?: number }
 
@@ -338,6 +371,7 @@ export class PostgresStore implements Store {
   epoch = ''
   readonly #fence: (call: FenceCall) => Promise<FenceResult>
   readonly #claim: (call: ClaimCall) => Promise<ClaimResult>
+  readonly #admit: (call: AdmitCall) => Promise<AdmitResult>
   readonly #settle: (call: SettleCall) => Promise<void>
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
@@ -355,6 +389,7 @@ export class PostgresStore implements Store {
     const batches = { maxInFlight: Math.max(1, Math.floor(pool / 4)) }
     this.#fence = batcher((calls) => this.#fenceBatch(calls), batches)
     this.#claim = batcher((calls) => this.#claimBatch(calls), batches)
+    this.#admit = batcher((calls) => this.#admitBatch(calls), batches)
     this.#settle = batcher((calls) => this.#settleBatch(calls), batches)
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => {
@@ -375,7 +410,7 @@ export class PostgresStore implements Store {
     try {
       const { rows } = await store.#pool.query(`SELECT value FROM ${store.#s}.fg_meta_v1 WHERE name = 'epoch'`)
       store.epoch = rows[0]?.value ?? ''
-      const { rows: fns } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${store.#s}.fg_settle_many_v1`])
+      const { rows: fns } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${store.#s}.fg_admit_many_v1`])
       if (!fns[0].ok) {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
@@ -422,6 +457,10 @@ export class PostgresStore implements Store {
     return this.#run('fence', () => this.#fence({ resource, token }))
   }
 
+  admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
+    return this.#run('admit', () => this.#admit({ fence, key, req, now }))
+  }
+
   highest(resource: string): Promise<bigint | undefined> {
     return this.#run('highest', async () => {
       const { rows } = await this.#pool.query({
@@ -466,6 +505,24 @@ export class PostgresStore implements Store {
         calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
       ],
     }, claimResult)
+  }
+
+  #admitBatch(calls: readonly AdmitCall[]): Promise<AdmitResult[]> {
+    type Row = ClaimRow & { o_i: number; o_accepted: boolean; o_highest: string }
+    return this.#many<Row, AdmitResult>(calls.length, {
+      name: 'fg_admit_many',
+      text: `SELECT * FROM ${this.#s}.fg_admit_many_v1($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`,
+      values: [
+        calls.map((c) => c.fence.resource), calls.map((c) => c.fence.token.toString()),
+        calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key),
+        calls.map((c) => c.req.fingerprint), calls.map((c) => c.req.claimId),
+        calls.map((c) => c.now + c.req.leaseMs), calls.map((c) => c.now + c.req.ttlMs),
+        calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
+      ],
+    }, (r) => {
+      const fence = { accepted: r.o_accepted === true, highest: BigInt(r.o_highest) }
+      return fence.accepted ? { fence, claim: claimResult(r) } : { fence }
+    })
   }
 
   async #settleBatch(calls: readonly SettleCall[]): Promise<void[]> {

@@ -16,7 +16,7 @@ import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db, type Statement } from 'better-sqlite3'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { recordId } from './memory.js'
-import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
 import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog } from '../audit/types.js'
 
@@ -118,6 +118,7 @@ export class SqliteStore implements Store {
   readonly #reap: Statement
   readonly #fenceTx: (resource: string, token: bigint) => FenceResult
   readonly #claimTx: (id: string, req: ClaimRequest, now: number) => ClaimResult
+  readonly #admitTx: (fence: FenceRequest, id: string, req: ClaimRequest, now: number) => AdmitResult
   readonly #finishTx: (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => void
   readonly #releaseTx: (id: string, claimId: string) => void
   readonly #batchTx: (batch: Pending[]) => void
@@ -171,6 +172,10 @@ export class SqliteStore implements Store {
       const { result, write } = decideClaim(get(id), req, now)
       if (write) this.#recPut.run(toRow(id, write))
       return result
+    })
+    this.#admitTx = db.transaction((fence: FenceRequest, id: string, req: ClaimRequest, now: number): AdmitResult => {
+      const result = fenceTx(fence.resource, fence.token)
+      return result.accepted ? { fence: result, claim: claimTx(id, req, now) } : { fence: result }
     })
     const finishTx = db.transaction((id: string, claimId: string, done: Completion, ttlMs: number, now: number) => {
       const next = decideFinish(get(id), claimId, done, ttlMs, now)
@@ -246,6 +251,11 @@ export class SqliteStore implements Store {
 
   fence(resource: string, token: bigint): Promise<FenceResult> {
     return this.#write('fence', () => this.#fenceTx(resource, token))
+  }
+
+  /** fence and claim in one savepoint of the group commit: nothing else runs between them */
+  admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
+    return this.#write('admit', () => this.#admitTx(fence, recordId(key), req, now))
   }
 
   highest(resource: string): Promise<bigint | undefined> {

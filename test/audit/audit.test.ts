@@ -104,10 +104,12 @@ describe('attempt log (sqlite store)', () => {
       expect(r.duration_ms as number).toBeGreaterThanOrEqual(0)
       expect(r.trace_id).toBeNull() // tracing is off
     }
-    // the key is there only as its hash; the stale request never reached idempotency
+    // the key is there only as its hash, on every attempt that carried it: the stale one too
+    // (fencing refused it in the same store call as the claim, which left the key untouched)
     expect(rows[0].key_hash).toMatch(/^[0-9a-f]{64}$/)
     expect(rows[1].key_hash).toBe(rows[0].key_hash)
-    expect(rows[2].key_hash).toBeNull()
+    expect(rows[2].key_hash).toBe(rows[0].key_hash)
+    expect(rows[2].result).toBeNull()
     expect(rows[0].fingerprint).toMatch(/^[0-9a-f]{64}$/)
     expect(rows[0].result).toBe('stored')
     expect(rows[1].result).toBe('replayed')
