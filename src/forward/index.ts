@@ -17,7 +17,8 @@ import type { CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { UnknownReason } from '../store/types.js'
 import { Problem } from '../problems.js'
-import { tooLarge, collect } from '../body.js'
+import { tooLarge } from '../body.js'
+import { CapturedCall, UpstreamCallError } from './capture.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
 
 // Errors raised before any byte of the request could reach the upstream.
@@ -135,36 +136,31 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       sent = true
       fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
     }
+    const requestOptions = { path: originForm(incoming.url!), method: incoming.method as Dispatcher.HttpMethod, headers: requestHeaders(incoming, host, keep) }
     const started = performance.now()
-    let res: Dispatcher.ResponseData
-    try {
-      res = await dispatcher.request({
-        path: originForm(incoming.url!),
-        method: incoming.method as Dispatcher.HttpMethod,
-        headers: requestHeaders(incoming, host, keep),
-        body,
-        signal: abort,
-        onSent,
-      } as SentAwareOptions)
-    } catch (e) {
+
+    /**
+     * Maps a failed exchange to its outcome (contract §5) and tells the idempotency layer.
+     * @returns the response to give, or throws the problem
+     */
+    const failed = async (err: Error & { code?: string }, wasSent: boolean, aborted: boolean): Promise<Response> => {
       outgoing.off('close', onClose)
-      const err = e as Error & { code?: string }
       if (err instanceof BodyLimitError || (err as { cause?: unknown }).cause instanceof BodyLimitError) {
         await exchange?.onFailure({ sent: false })
         throw tooLarge(maxBody)
       }
-      if (!sent && abort.aborted) {
+      if (!wasSent && aborted) {
         // the client left while undici was still connecting or queued: nothing reached the upstream
         await exchange?.onFailure({ sent: false })
         c.set('outcome', 'bad_request')
         c.set('code', 499)
         return RESPONSE_ALREADY_SENT
       }
-      if (!sent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
+      if (!wasSent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
         await exchange?.onFailure({ sent: false })
         throw new Problem('upstream-unavailable', `The upstream ${upstream.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`)
       }
-      const reason: UnknownReason = abort.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
+      const reason: UnknownReason = aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
       unknown(reason)
       c.set('unknownReason', reason)
       await exchange?.onFailure({ sent: true, reason })
@@ -176,26 +172,70 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       p.outcome = 'outcome_unknown'
       throw p
     }
-    metrics.upstreamDuration.observe({ route: route.name, code: String(res.statusCode) }, (performance.now() - started) / 1000)
-    c.set('upstreamStatus', res.statusCode)
-    c.set('outcome', 'forwarded')
+    /** The upstream reset mid-body or the client left: never end a truncated body cleanly. */
+    const broken = async (aborted: boolean) => {
+      if (outgoing.writableFinished) return
+      const reason = aborted ? 'client_abort' : 'reset'
+      unknown(reason)
+      await exchange?.onFailure({ sent: true, reason })
+      c.set('unknownReason', reason)
+      c.set('outcome', 'outcome_unknown')
+      if (aborted) c.set('code', 499)
+    }
+    const answered = (status: number) => {
+      metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, (performance.now() - started) / 1000)
+      c.set('upstreamStatus', status)
+      c.set('outcome', 'forwarded')
+    }
+
+    if (exchange) {
+      // the response is kept for replays: captured by a handler of our own (./capture.ts)
+      const call = new CapturedCall(exchange.captureBytes, onSent)
+      abort.on('abort', () => call.abort())
+      try {
+        await call.start(pool, { ...requestOptions, body: buffered ?? null })
+      } catch (e) {
+        const err = e instanceof UpstreamCallError ? e.error : e as Error
+        return failed(err, call.sent, abort.aborted)
+      }
+      answered(call.status)
+      const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)
+      try {
+        const more = await call.body()
+        if (more) {
+          await exchange.onResponse({ status: call.status, headers, body: undefined })
+          outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
+          for (const ch of call.chunks) outgoing.write(ch)
+          await call.streamRest(outgoing)
+        } else {
+          const body = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
+          await exchange.onResponse({ status: call.status, headers, body })
+          outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
+          outgoing.end(body)
+        }
+      } catch {
+        await broken(abort.aborted)
+        call.abort()
+        outgoing.destroy()
+      } finally {
+        outgoing.off('close', onClose)
+      }
+      return RESPONSE_ALREADY_SENT
+    }
+
+    let res: Dispatcher.ResponseData
+    try {
+      res = await dispatcher.request({ ...requestOptions, body, signal: abort, onSent } as SentAwareOptions)
+    } catch (e) {
+      return failed(e as Error, sent, abort.aborted)
+    }
+    answered(res.statusCode)
     const headers = responseHeaders(res.headers)
     try {
-      if (exchange) await respondCaptured(outgoing, res, headers, exchange)
-      else {
-        outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
-        await pipeTo(res.body, outgoing)
-      }
+      outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
+      await pipeTo(res.body, outgoing)
     } catch {
-      // the upstream reset mid-body or the client left: never end a truncated body cleanly
-      if (!outgoing.writableFinished) {
-        const reason = abort.aborted ? 'client_abort' : 'reset'
-        unknown(reason)
-        await exchange?.onFailure({ sent: true, reason })
-        c.set('unknownReason', reason)
-        c.set('outcome', 'outcome_unknown')
-        if (abort.aborted) c.set('code', 499)
-      }
+      await broken(abort.aborted)
       res.body.destroy()
       outgoing.destroy()
     } finally {
@@ -225,26 +265,6 @@ function pipeTo(body: Readable, outgoing: ServerResponse): Promise<void> {
     outgoing.once('close', early)
     body.pipe(outgoing)
   })
-}
-
-/**
- * Buffers the body up to `captureBytes`, lets the idempotency layer store it, then sends it.
- * A larger body is passed through as it streams and reported with `body: undefined`.
- */
-async function respondCaptured(outgoing: ServerResponse, res: Dispatcher.ResponseData, headers: [string, string][], exchange: NonNullable<GatewayEnv['Variables']['exchange']>): Promise<void> {
-  // a failure here is recorded by forward()'s catch, which knows whether the client left
-  const got = await collect(res.body, exchange.captureBytes)
-  if (got.more) {
-    await exchange.onResponse({ status: res.statusCode, headers, body: undefined })
-    outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
-    for (const ch of got.chunks) outgoing.write(ch)
-    await pipeTo(res.body, outgoing)
-    return
-  }
-  const body = got.chunks.length === 1 ? got.chunks[0] : Buffer.concat(got.chunks, got.size)
-  await exchange.onResponse({ status: res.statusCode, headers, body })
-  outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
-  outgoing.end(body)
 }
 
 /** Closes every upstream pool, letting requests in flight finish. */

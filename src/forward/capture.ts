@@ -1,0 +1,138 @@
+/**
+ * One upstream exchange whose response body is kept for the idempotency record, on undici's
+ * dispatch API with a handler of our own: no request() body stream, no interceptor, no signal
+ * listeners — the chunks land in an array, and past `limit` bytes the rest is written straight
+ * to the client, pausing the upstream while the client's socket is full.
+ */
+import type { IncomingHttpHeaders } from 'undici/types/header.js'
+import type { Dispatcher } from 'undici'
+import type { ServerResponse } from 'node:http'
+
+/** The request could not be sent or answered; `sent` says whether any of it was written. */
+export class UpstreamCallError extends Error {
+  constructor(readonly error: Error & { code?: string }, readonly sent: boolean) {
+    super(error.message, { cause: error })
+  }
+}
+
+interface Waiter<T> { resolve(v: T): void; reject(e: Error): void }
+
+const CLIENT_LEFT = 'client connection closed before the response ended'
+
+export class CapturedCall implements Dispatcher.DispatchHandler {
+  /** true from the moment undici starts writing the request (the effect may happen from here) */
+  sent = false
+  /** the client left: abort the exchange (a queued request is then never written) */
+  aborted = false
+  status = 0
+  headers: IncomingHttpHeaders = {}
+  readonly chunks: Buffer[] = []
+  size = 0
+  /** more than `limit` bytes came: the captured chunks are a prefix, the rest is streamed */
+  overflow = false
+
+  #controller?: Dispatcher.DispatchController
+  #start?: Waiter<void>
+  #body?: Waiter<boolean>
+  #stream?: { out: ServerResponse; done: Waiter<void> }
+  #ended = false
+  #error?: Error
+
+  constructor(private readonly limit: number, private readonly onSent: () => void) {}
+
+  /**
+   * Dispatches the request; resolves when the response headers are in.
+   * @throws UpstreamCallError (its `sent` tells whether the upstream may have seen the request)
+   */
+  start(dispatcher: Dispatcher, opts: Dispatcher.DispatchOptions): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.#start = { resolve, reject }
+      dispatcher.dispatch(opts, this)
+    })
+  }
+
+  /** Resolves with true when the body is larger than `limit` (then call `streamRest`), else false once it is whole. */
+  body(): Promise<boolean> {
+    if (this.#error) return Promise.reject(this.#error)
+    if (this.overflow || this.#ended) return Promise.resolve(this.overflow)
+    return new Promise((resolve, reject) => { this.#body = { resolve, reject } })
+  }
+
+  /** After an overflow: writes the rest of the body to `out` as it comes; resolves when all of it was handed to the socket. */
+  streamRest(out: ServerResponse): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const done: Waiter<void> = { resolve, reject }
+      this.#stream = { out, done }
+      const drain = () => this.#controller?.resume()
+      const early = () => { out.off('drain', drain); this.abort(); reject(new Error(CLIENT_LEFT)) }
+      out.on('drain', drain)
+      out.once('close', early)
+      done.resolve = () => { out.off('drain', drain); out.off('close', early); resolve() }
+      done.reject = (e) => { out.off('drain', drain); out.off('close', early); reject(e) }
+      if (this.#error) return done.reject(this.#error)
+      this.#controller?.resume()
+      if (this.#ended) out.end(() => done.resolve())
+    })
+  }
+
+  abort(): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.#controller?.abort(new Error(CLIENT_LEFT))
+  }
+
+  // ---------------------------------------------------------------------- undici's handler
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    // a client that left while the request was queued: abort it here, before a byte is written
+    if (this.aborted) { controller.abort(new Error(CLIENT_LEFT)); return }
+    this.sent = true
+    this.onSent()
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    if (status < 200) return // 1xx: informational, the final response follows
+    this.status = status
+    this.headers = headers
+    const w = this.#start
+    this.#start = undefined
+    w?.resolve()
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const s = this.#stream
+    if (s) {
+      if (!s.out.write(chunk)) controller.pause()
+      return
+    }
+    this.chunks.push(chunk)
+    this.size += chunk.length
+    if (this.size > this.limit && !this.overflow) {
+      this.overflow = true
+      controller.pause() // until streamRest() has somewhere to write
+      const w = this.#body
+      this.#body = undefined
+      w?.resolve(true)
+    }
+  }
+
+  onResponseEnd(): void {
+    this.#ended = true
+    const s = this.#stream
+    if (s) { s.out.end(() => s.done.resolve()); return }
+    const w = this.#body
+    this.#body = undefined
+    w?.resolve(this.overflow)
+  }
+
+  onResponseError(controller: Dispatcher.DispatchController, err: Error): void {
+    const e = new UpstreamCallError(err, this.sent)
+    this.#error = e
+    this.#start?.reject(e)
+    this.#body?.reject(e)
+    this.#stream?.done.reject(e)
+    this.#start = undefined
+    this.#body = undefined
+  }
+}
