@@ -6,8 +6,9 @@
  * scripts implement the table of src/store/records.ts exactly; the conformance suite holds
  * them to it.
  *
- * Key layout (Redis Cluster ready: every script touches exactly one key, and the whole key is
- * its own hash tag, so records and marks spread over the slots):
+ * Key layout (Redis Cluster ready: every script but ADMIT touches exactly one key, and the whole
+ * key is its own hash tag, so records and marks spread over the slots; ADMIT, fence and claim in
+ * one round trip, touches two, which one Redis allows and a Cluster would not):
  *   {fg:<prefix>:f:<resource>}               string: the high-water mark, decimal; never expires
  *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
@@ -26,7 +27,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { StoreError, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
 import { aggregate, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
 
 export interface RedisStoreOptions {
@@ -103,6 +104,25 @@ end
 return {'unknown', reason}
 `
 
+// KEYS[1] = fence key, KEYS[2] = record key; ARGV[1] = token, ARGV[2..8] = CLAIM's ARGV.
+// FENCE, and CLAIM only when it accepts. Returns {accepted 0|1, highest, CLAIM's answer...}.
+// Its two keys hash to two cluster slots: one Redis (with replicas) runs it; a Redis Cluster
+// client would make FENCE and CLAIM in turn instead.
+const ADMIT = `
+local function fence(KEYS, ARGV)
+${FENCE}
+end
+local function claim(KEYS, ARGV)
+${CLAIM}
+end
+local f = fence({KEYS[1]}, {ARGV[1]})
+if f[1] == 0 then return f end
+local c = claim({KEYS[2]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
+table.insert(c, 1, f[2])
+table.insert(c, 1, f[1])
+return c
+`
+
 // KEYS[1] = record key; ARGV = claimId, state, expiresAt, ttlMs, status, headers, body, reason.
 // Writes only while the record is in flight under claimId. Returns 1 when written.
 const FINISH = `
@@ -154,6 +174,7 @@ interface ScriptCommands {
   fgFence(key: string, token: string): Promise<[number, string]>
   fgClaimBuffer(key: string, ...args: string[]): Promise<Buffer[]>
   fgFinish(key: string, ...args: (string | Buffer)[]): Promise<number>
+  fgAdmitBuffer(fenceKey: string, recordKey: string, ...args: string[]): Promise<[number, Buffer, ...Buffer[]]>
   fgRelease(key: string, claimId: string): Promise<number>
   fgResolve(key: string, ...args: string[]): Promise<string[]>
 }
@@ -165,6 +186,37 @@ const REASONS = new Set<UnknownReason>(['timeout', 'reset', 'client_abort', 'cra
 const asReason = (b: Buffer | undefined): UnknownReason => {
   const s = b?.toString() as UnknownReason
   return REASONS.has(s) ? s : 'crash'
+}
+
+/** CLAIM's ARGV. */
+const claimArgs = (req: ClaimRequest, now: number): string[] => [
+  req.fingerprint, req.claimId, String(now + req.leaseMs), String(now + req.ttlMs),
+  String(Math.max(1, req.ttlMs)), req.retryUnknown ? '1' : '0', String(now),
+]
+
+/** CLAIM's answer as a ClaimResult. */
+function claimReply(r: Buffer[]): ClaimResult {
+  const kind = r[0].toString()
+  switch (kind) {
+    case 'claimed': {
+      const out: ClaimResult = { kind: 'claimed' }
+      if (r[1]) out.after = asReason(r[1])
+      if (r[2]) out.abandoned = true
+      return out
+    }
+    case 'completed':
+      return { kind: 'completed', response: { status: Number(r[1].toString()), headers: JSON.parse(r[2].toString()), body: Buffer.from(r[3]) } }
+    case 'not_stored':
+      return { kind: 'not_stored', status: Number(r[1].toString()) }
+    case 'in_flight':
+      return { kind: 'in_flight', leaseUntil: Number(r[1].toString()) }
+    case 'unknown':
+      return r[2] ? { kind: 'unknown', reason: asReason(r[1]), abandoned: true } : { kind: 'unknown', reason: asReason(r[1]) }
+    case 'mismatch':
+      return { kind: 'mismatch' }
+    default:
+      throw new Error(`claim script answered ${kind}`)
+  }
 }
 
 export class RedisStore implements Store {
@@ -202,6 +254,7 @@ export class RedisStore implements Store {
     this.#redis.on('ready', () => { this.#lastError = undefined })
     this.#redis.defineCommand('fgFence', { numberOfKeys: 1, lua: FENCE })
     this.#redis.defineCommand('fgClaim', { numberOfKeys: 1, lua: CLAIM })
+    this.#redis.defineCommand('fgAdmit', { numberOfKeys: 2, lua: ADMIT })
     this.#redis.defineCommand('fgFinish', { numberOfKeys: 1, lua: FINISH })
     this.#redis.defineCommand('fgRelease', { numberOfKeys: 1, lua: RELEASE })
     this.#redis.defineCommand('fgResolve', { numberOfKeys: 1, lua: RESOLVE })
@@ -277,31 +330,15 @@ export class RedisStore implements Store {
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#run('claim', async () => {
-      const r = await this.#redis.fgClaimBuffer(this.#recordKey(key),
-        req.fingerprint, req.claimId, String(now + req.leaseMs), String(now + req.ttlMs),
-        String(Math.max(1, req.ttlMs)), req.retryUnknown ? '1' : '0', String(now))
-      const kind = r[0].toString()
-      switch (kind) {
-        case 'claimed': {
-          const out: ClaimResult = { kind: 'claimed' }
-          if (r[1]) out.after = asReason(r[1])
-          if (r[2]) out.abandoned = true
-          return out
-        }
-        case 'completed':
-          return { kind: 'completed', response: { status: Number(r[1].toString()), headers: JSON.parse(r[2].toString()), body: Buffer.from(r[3]) } }
-        case 'not_stored':
-          return { kind: 'not_stored', status: Number(r[1].toString()) }
-        case 'in_flight':
-          return { kind: 'in_flight', leaseUntil: Number(r[1].toString()) }
-        case 'unknown':
-          return r[2] ? { kind: 'unknown', reason: asReason(r[1]), abandoned: true } : { kind: 'unknown', reason: asReason(r[1]) }
-        case 'mismatch':
-          return { kind: 'mismatch' }
-        default:
-          throw new Error(`claim script answered ${kind}`)
-      }
+    return this.#run('claim', async () => claimReply(await this.#redis.fgClaimBuffer(this.#recordKey(key), ...claimArgs(req, now))))
+  }
+
+  /** FENCE and CLAIM in one script: one round trip (see ADMIT). */
+  admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
+    return this.#run('admit', async () => {
+      const r = await this.#redis.fgAdmitBuffer(this.#key('f', fence.resource), this.#recordKey(key), fence.token.toString(), ...claimArgs(req, now))
+      const result = { accepted: r[0] === 1, highest: BigInt(r[1].toString()) }
+      return result.accepted ? { fence: result, claim: claimReply(r.slice(2) as Buffer[]) } : { fence: result }
     })
   }
 
