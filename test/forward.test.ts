@@ -218,6 +218,34 @@ describe('forwarding (contract §5)', () => {
     expect(headerValues(sb, 'host')).toEqual([upHost])
   })
 
+  it('streams the answer: the first chunk reaches the client before the upstream has finished', async () => {
+    const started = Date.now()
+    const res = await request(`${gw.url}/drip?ms=400`, { dispatcher: fresh })
+    expect(res.statusCode).toBe(200)
+    const chunks: { at: number; text: string }[] = []
+    for await (const c of res.body) chunks.push({ at: Date.now() - started, text: (c as Buffer).toString() })
+    expect(chunks.map((c) => c.text).join('')).toBe('first;last')
+    expect(chunks[0].text.startsWith('first;')).toBe(true)
+    expect(chunks[0].at).toBeLessThan(300) // not held back until the end at ~400 ms
+  })
+
+  it('passes an 8 MiB answer to a client that reads slowly, byte for byte (the upstream is paused, not buffered)', async () => {
+    const bytes = 8 * 1024 * 1024
+    const res = await request(`${gw.url}/large?bytes=${bytes}`, { dispatcher: fresh, highWaterMark: 16 * 1024 })
+    expect(res.statusCode).toBe(200)
+    let size = 0
+    let wrong = 0
+    let n = 0
+    for await (const c of res.body) {
+      const b = c as Buffer
+      size += b.length
+      for (let i = 0; i < b.length; i += 4096) if (b[i] !== 0x78) wrong++
+      if (++n % 64 === 0) await sleep(5) // a slow reader: the gateway's socket fills up
+    }
+    expect(size).toBe(bytes)
+    expect(wrong).toBe(0)
+  })
+
   it('passes redirects to the client instead of following them', async () => {
     const r = await send(`${gw.url}/redirect`)
     expect(r.status).toBe(302)

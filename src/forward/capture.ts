@@ -1,8 +1,9 @@
 /**
- * One upstream exchange whose response body is kept for the idempotency record, on undici's
- * dispatch API with a handler of our own: no request() body stream, no interceptor, no signal
- * listeners — the chunks land in an array, and past `limit` bytes the rest is written straight
- * to the client, pausing the upstream while the client's socket is full.
+ * One upstream exchange on undici's dispatch API with a handler of our own: no request() body
+ * stream, no interceptor, no signal listeners. The first `limit` bytes of the answer land in an
+ * array (the idempotency record keeps them; 0 streams from the first chunk); past that the rest
+ * is written straight to the client, pausing the upstream while the client's socket is full.
+ * The request counts as sent from undici's onRequestStart, when it starts writing it.
  */
 import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import type { Dispatcher } from 'undici'
@@ -19,7 +20,7 @@ interface Waiter<T> { resolve(v: T): void; reject(e: Error): void }
 
 const CLIENT_LEFT = 'client connection closed before the response ended'
 
-export class CapturedCall implements Dispatcher.DispatchHandler {
+export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** true from the moment undici starts writing the request (the effect may happen from here) */
   sent = false
   /** the client left: abort the exchange (a queued request is then never written) */

@@ -4,10 +4,10 @@
  * Failure mapping (contract §5): connect failure → 502 (nothing sent); no response headers
  * within `upstream.timeout` → 504 (outcome unknown); reset after sending → 502 (outcome
  * unknown); reset after the response headers → the client's connection is aborted too.
+ * The exchange runs on undici's dispatch API with one handler (./capture.ts): on idempotent
+ * routes the answer is captured for the record before the client sees it, else streamed.
  */
-import { EventEmitter } from 'node:events'
-import type { Readable } from 'node:stream'
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IncomingMessage } from 'node:http'
 import type { MiddlewareHandler } from 'hono'
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
 import { Pool, errors as undiciErrors } from 'undici'
@@ -18,7 +18,7 @@ import type { Metrics } from '../telemetry/metrics.js'
 import type { UnknownReason } from '../store/types.js'
 import { Problem } from '../problems.js'
 import { tooLarge } from '../body.js'
-import { CapturedCall, UpstreamCallError } from './capture.js'
+import { UpstreamCall, UpstreamCallError } from './capture.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
 
 // Errors raised before any byte of the request could reach the upstream.
@@ -35,19 +35,6 @@ const originForm = (target: string): string => {
   try { const u = new URL(target); return `${u.pathname}${u.search}` } catch { return target }
 }
 
-/**
- * What undici listens on to cancel a request. An EventEmitter is accepted as a signal and is far
- * cheaper to make per request than an AbortController (an EventTarget).
- */
-class Cancel extends EventEmitter {
-  aborted = false
-  abort(): void {
-    if (this.aborted) return
-    this.aborted = true
-    this.emit('abort')
-  }
-}
-
 /** Streams a request body, stopping at `limit` bytes (bodies without a Content-Length). */
 async function* limited(incoming: IncomingMessage, limit: number): AsyncGenerator<Buffer> {
   let size = 0
@@ -56,32 +43,6 @@ async function* limited(incoming: IncomingMessage, limit: number): AsyncGenerato
     if (size > limit) throw new BodyLimitError()
     yield chunk
   }
-}
-
-/** Request options with the hook `markSent` calls. */
-type SentAwareOptions = Dispatcher.RequestOptions & { onSent?: () => void }
-
-/**
- * An undici interceptor that calls `opts.onSent` when undici starts writing the request to a
- * socket (`onRequestStart`, right after the connection is ready). Before that — still
- * connecting, or queued behind a full pool — nothing can have reached the upstream, whatever
- * error ends the request; after it, the effect may have happened.
- */
-const markSent: Dispatcher.DispatcherComposeInterceptor = (dispatch) => (opts, handler) => {
-  const onSent = (opts as SentAwareOptions).onSent
-  if (!onSent) return dispatch(opts, handler)
-  return dispatch(opts, {
-    onRequestStart: (controller, context) => {
-      handler.onRequestStart?.(controller, context)
-      // a request whose signal fired while it was queued is aborted right here, unwritten
-      if (!controller.aborted) onSent()
-    },
-    onRequestUpgrade: (controller, status, headers, socket) => handler.onRequestUpgrade?.(controller, status, headers, socket),
-    onResponseStart: (controller, status, headers, message) => handler.onResponseStart?.(controller, status, headers, message),
-    onResponseData: (controller, chunk) => handler.onResponseData?.(controller, chunk),
-    onResponseEnd: (controller, trailers) => handler.onResponseEnd?.(controller, trailers),
-    onResponseError: (controller, error) => handler.onResponseError?.(controller, error),
-  })
 }
 
 /** One undici Pool for a route's upstream; close them with `closeUpstreams`. */
@@ -105,7 +66,6 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
   const upstream = new URL(route.config.upstream.url)
   const host = upstream.host
   const maxBody = route.config.maxRequestBytes
-  const dispatcher = pool.compose(markSent)
   const keep = new Set([route.fencing?.tokenHeader, route.idempotency?.keyHeader].filter((h): h is string => !!h))
   const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
   const fenced = route.fencing !== undefined
@@ -120,8 +80,14 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     const hasBody = buffered !== undefined || declared !== undefined || incoming.headers['transfer-encoding'] !== undefined
     const body = buffered ?? (!hasBody ? null : declared !== undefined ? incoming : limited(incoming, maxBody))
 
-    const abort = new Cancel()
-    const onClose = () => { if (!outgoing.writableFinished) abort.abort() }
+    let sent = false
+    const fence = fenced ? c.get('fence') : undefined
+    // kept for replays: captured up to the limit, then streamed; otherwise streamed from the start
+    const call = new UpstreamCall(exchange ? exchange.captureBytes : 0, () => {
+      sent = true
+      fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
+    })
+    const onClose = () => { if (!outgoing.writableFinished) call.abort() }
     if (outgoing.destroyed || incoming.socket?.destroyed) {
       // the client left while the checks ran: send nothing, give the claim back
       await exchange?.onFailure({ sent: false })
@@ -130,12 +96,6 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       return RESPONSE_ALREADY_SENT
     }
     outgoing.once('close', onClose)
-    let sent = false
-    const fence = fenced ? c.get('fence') : undefined
-    const onSent = () => {
-      sent = true
-      fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
-    }
     const requestOptions = { path: originForm(incoming.url!), method: incoming.method as Dispatcher.HttpMethod, headers: requestHeaders(incoming, host, keep) }
     const started = performance.now()
 
@@ -188,83 +148,41 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       c.set('outcome', 'forwarded')
     }
 
-    if (exchange) {
-      // the response is kept for replays: captured by a handler of our own (./capture.ts)
-      const call = new CapturedCall(exchange.captureBytes, onSent)
-      abort.on('abort', () => call.abort())
-      try {
-        await call.start(pool, { ...requestOptions, body: buffered ?? null })
-      } catch (e) {
-        const err = e instanceof UpstreamCallError ? e.error : e as Error
-        return failed(err, call.sent, abort.aborted)
-      }
-      answered(call.status)
-      const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)
-      try {
-        const more = await call.body()
-        if (more) {
+    try {
+      await call.start(pool, { ...requestOptions, body })
+    } catch (e) {
+      const err = e instanceof UpstreamCallError ? e.error : e as Error
+      return failed(err, sent, call.aborted)
+    }
+    answered(call.status)
+    const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)
+    try {
+      if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA])) // streamed: headers first
+      const more = await call.body()
+      if (more) {
+        if (exchange) {
           await exchange.onResponse({ status: call.status, headers, body: undefined })
           outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
-          for (const ch of call.chunks) outgoing.write(ch)
-          await call.streamRest(outgoing)
-        } else {
-          const body = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
-          await exchange.onResponse({ status: call.status, headers, body })
-          outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
-          outgoing.end(body)
         }
-      } catch {
-        await broken(abort.aborted)
-        call.abort()
-        outgoing.destroy()
-      } finally {
-        outgoing.off('close', onClose)
+        for (const ch of call.chunks) outgoing.write(ch)
+        await call.streamRest(outgoing)
+      } else {
+        const whole = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
+        if (exchange) {
+          await exchange.onResponse({ status: call.status, headers, body: whole })
+          outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
+        }
+        outgoing.end(whole)
       }
-      return RESPONSE_ALREADY_SENT
-    }
-
-    let res: Dispatcher.ResponseData
-    try {
-      res = await dispatcher.request({ ...requestOptions, body, signal: abort, onSent } as SentAwareOptions)
-    } catch (e) {
-      return failed(e as Error, sent, abort.aborted)
-    }
-    answered(res.statusCode)
-    const headers = responseHeaders(res.headers)
-    try {
-      outgoing.writeHead(res.statusCode, flat(headers, ['via', VIA]))
-      await pipeTo(res.body, outgoing)
     } catch {
-      await broken(abort.aborted)
-      res.body.destroy()
+      await broken(call.aborted)
+      call.abort()
       outgoing.destroy()
     } finally {
       outgoing.off('close', onClose)
     }
     return RESPONSE_ALREADY_SENT
   }
-}
-
-/**
- * Pipes `body` into `outgoing`; resolves once all of it was handed to the socket, rejects when
- * the body fails or the client leaves first. `.pipe()` with listeners: stream/promises'
- * pipeline() allocates an AbortController per call, which costs a proxy dearly.
- */
-function pipeTo(body: Readable, outgoing: ServerResponse): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const cleanup = () => {
-      body.off('error', fail)
-      outgoing.off('finish', done)
-      outgoing.off('close', early)
-    }
-    const fail = (e: Error) => { cleanup(); reject(e) }
-    const done = () => { cleanup(); resolve() }
-    const early = () => { cleanup(); reject(new Error('client connection closed before the response ended')) }
-    body.once('error', fail)
-    outgoing.once('finish', done)
-    outgoing.once('close', early)
-    body.pipe(outgoing)
-  })
 }
 
 /** Closes every upstream pool, letting requests in flight finish. */

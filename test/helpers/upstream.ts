@@ -111,6 +111,13 @@ export async function startUpstream(): Promise<Upstream> {
       res.writeHead(200, { 'content-type': 'application/octet-stream' })
       return res.end(Buffer.alloc(Number(query.get('bytes') ?? 0), 'x'))
     }
+    if (path === '/drip') {
+      // the first chunk now, the rest after `ms`: a proxy that buffers delays the first byte
+      res.writeHead(200, { 'content-type': 'text/plain' })
+      res.write('first;')
+      await new Promise((r) => setTimeout(r, Number(query.get('ms') ?? 300)))
+      return res.end('last')
+    }
     if (path === '/cookies') {
       res.setHeader('set-cookie', ['a=1; Path=/', 'b=2; Path=/'])
       return res.end('cookies')
