@@ -169,6 +169,14 @@ end
 return {'resolved', reason}
 `
 
+// KEYS[1] = audit stream; ARGV[1] = oldest id to keep (ms), ARGV[2..] = entries (JSON).
+// One command for a whole batch of the attempt log, instead of an XADD each.
+const AUDIT = `
+for i = 2, #ARGV do redis.call('XADD', KEYS[1], '*', 'e', ARGV[i]) end
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1])
+return #ARGV - 1
+`
+
 /** The scripts as ioredis commands: defineCommand loads each once, then EVALSHA (EVAL again on NOSCRIPT). */
 interface ScriptCommands {
   fgFence(key: string, token: string): Promise<[number, string]>
@@ -176,6 +184,7 @@ interface ScriptCommands {
   fgFinish(key: string, ...args: (string | Buffer)[]): Promise<number>
   fgAdmitBuffer(fenceKey: string, recordKey: string, ...args: string[]): Promise<[number, Buffer, ...Buffer[]]>
   fgRelease(key: string, claimId: string): Promise<number>
+  fgAudit(key: string, minId: string, ...entries: string[]): Promise<number>
   fgResolve(key: string, ...args: string[]): Promise<string[]>
 }
 
@@ -258,6 +267,7 @@ export class RedisStore implements Store {
     this.#redis.defineCommand('fgFinish', { numberOfKeys: 1, lua: FINISH })
     this.#redis.defineCommand('fgRelease', { numberOfKeys: 1, lua: RELEASE })
     this.#redis.defineCommand('fgResolve', { numberOfKeys: 1, lua: RESOLVE })
+    this.#redis.defineCommand('fgAudit', { numberOfKeys: 1, lua: AUDIT })
     this.audit = {
       append: (batch) => this.#auditAppend(batch),
       query: (since, until, route) => this.#auditQuery(since, until, route),
@@ -376,9 +386,7 @@ export class RedisStore implements Store {
       if (!batch.length) return
       const key = this.#key('audit')
       const minId = String(Math.max(0, Date.now() - this.#auditRetentionMs))
-      await Promise.all(batch.map((e, i) => i === batch.length - 1
-        ? this.#redis.xadd(key, 'MINID', '~', minId, '*', 'e', JSON.stringify(e))
-        : this.#redis.xadd(key, '*', 'e', JSON.stringify(e))))
+      await this.#redis.fgAudit(key, minId, ...batch.map((e) => JSON.stringify(e)))
     })
   }
 
