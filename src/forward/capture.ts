@@ -2,7 +2,7 @@
  * One upstream exchange on undici's dispatch API with a handler of our own: no request() body
  * stream, no interceptor, no signal listeners. The first `limit` bytes of the answer land in an
  * array (the idempotency record keeps them; 0 streams from the first chunk); past that the rest
- * is written straight to the client, pausing the upstream while the client's socket is full.
+ * is written straight to the client, pausing the upstream only while the client's socket is full.
  * The request counts as sent from undici's onRequestStart, when it starts writing it.
  */
 import type { IncomingHttpHeaders } from 'undici/types/header.js'
@@ -35,7 +35,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   #controller?: Dispatcher.DispatchController
   #start?: Waiter<void>
   #body?: Waiter<boolean>
-  #stream?: { out: ServerResponse; done: Waiter<void> }
+  #stream?: { out: ServerResponse; fail(e: Error): void }
   #ended = false
   #error?: Error
 
@@ -59,20 +59,29 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     return new Promise((resolve, reject) => { this.#body = { resolve, reject } })
   }
 
-  /** After an overflow: writes the rest of the body to `out` as it comes; resolves when all of it was handed to the socket. */
+  /**
+   * After an overflow: writes the rest of the body to `out` as it comes, pausing the upstream
+   * while `out` is full; resolves once `out` finished, rejects when the exchange fails or the
+   * client leaves first (the exchange is then aborted).
+   */
   streamRest(out: ServerResponse): Promise<void> {
     return new Promise((resolve, reject) => {
-      const done: Waiter<void> = { resolve, reject }
-      this.#stream = { out, done }
+      if (out.destroyed) { this.abort(); reject(new Error(CLIENT_LEFT)); return }
+      const cleanup = () => { out.off('drain', drain); out.off('finish', finish); out.off('close', close) }
       const drain = () => this.#controller?.resume()
-      const early = () => { out.off('drain', drain); this.abort(); reject(new Error(CLIENT_LEFT)) }
+      const finish = () => { cleanup(); resolve() }
+      const close = () => {
+        cleanup()
+        if (out.writableFinished) return resolve()
+        this.abort()
+        reject(new Error(CLIENT_LEFT))
+      }
       out.on('drain', drain)
-      out.once('close', early)
-      done.resolve = () => { out.off('drain', drain); out.off('close', early); resolve() }
-      done.reject = (e) => { out.off('drain', drain); out.off('close', early); reject(e) }
-      if (this.#error) return done.reject(this.#error)
-      this.#controller?.resume()
-      if (this.#ended) out.end(() => done.resolve())
+      out.once('finish', finish)
+      out.once('close', close)
+      this.#stream = { out, fail: (e) => { cleanup(); reject(e) } }
+      if (this.#error) return this.#stream.fail(this.#error)
+      if (this.#ended) out.end()
     })
   }
 
@@ -107,11 +116,13 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       if (!s.out.write(chunk)) controller.pause()
       return
     }
+    // Kept until streamRest() takes over (the caller attaches it without waiting on anything
+    // else). Never paused here: undici 7 crashes the process when the upstream closes the
+    // connection while its parser is paused (nodejs/undici#5360).
     this.chunks.push(chunk)
     this.size += chunk.length
     if (this.size > this.limit && !this.overflow) {
       this.overflow = true
-      controller.pause() // until streamRest() has somewhere to write
       const w = this.#body
       this.#body = undefined
       w?.resolve(true)
@@ -121,7 +132,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     this.#ended = true
     const s = this.#stream
-    if (s) { s.out.end(() => s.done.resolve()); return }
+    if (s) { s.out.end(); return }
     const w = this.#body
     this.#body = undefined
     w?.resolve(this.overflow)
@@ -132,7 +143,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.#error = e
     this.#start?.reject(e)
     this.#body?.reject(e)
-    this.#stream?.done.reject(e)
+    this.#stream?.fail(e)
     this.#start = undefined
     this.#body = undefined
   }

@@ -160,12 +160,14 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA])) // streamed: headers first
       const more = await call.body()
       if (more) {
-        if (exchange) {
-          await exchange.onResponse({ status: call.status, headers, body: undefined })
-          outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
-        }
+        if (exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
         for (const ch of call.chunks) outgoing.write(ch)
-        await call.streamRest(outgoing)
+        const streamed = call.streamRest(outgoing)
+        streamed.catch(() => {}) // awaited below; must not count as unhandled meanwhile
+        // Too large to keep: the record (not_stored, status only) is written while the answer
+        // streams, so the upstream is never left waiting on a paused connection.
+        if (exchange) await exchange.onResponse({ status: call.status, headers, body: undefined })
+        await streamed
       } else {
         const whole = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
         if (exchange) {

@@ -1,0 +1,69 @@
+/**
+ * An upstream that answers and closes the connection (HTTP/1.0 servers, `Connection: close`)
+ * while the gateway is still writing the idempotency record: the answer must reach the client
+ * and the gateway must live on. undici 7 crashes the process if its parser is paused when the
+ * FIN comes (nodejs/undici#5360), so the gateway never pauses it while waiting on the store.
+ * A shared store (Redis) makes the record write slow enough for the FIN to arrive during it.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import net from 'node:net'
+import { randomBytes } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { startTestGateway, type TestGateway } from './helpers/gateway.js'
+import { send } from './helpers/http.js'
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const prefix = `test-close-${randomBytes(4).toString('hex')}`
+const BODY = 'x'.repeat(4000)
+
+let upstream: net.Server
+let gw: TestGateway
+let answered = 0
+
+beforeAll(async () => {
+  upstream = net.createServer((s) => {
+    s.once('data', () => {
+      answered++
+      s.end(`HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\ncontent-length: ${BODY.length}\r\nconnection: close\r\n\r\n${BODY}`)
+    })
+  })
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r))
+  const port = (upstream.address() as net.AddressInfo).port
+  gw = await startTestGateway(`store:
+  kind: redis
+  url: ${REDIS_URL}
+  keyPrefix: ${prefix}
+routes:
+  - name: closing
+    match:
+      path: /*
+    upstream:
+      url: http://127.0.0.1:${port}
+      timeout: 2s
+    idempotency:
+      maxResponseBytes: 1KiB
+`)
+})
+
+afterAll(async () => {
+  await gw?.close()
+  await new Promise((r) => upstream?.close(r))
+  const redis = new Redis(REDIS_URL)
+  const keys = await redis.keys(`{fg:${prefix}:*`)
+  if (keys.length) await redis.del(...keys)
+  redis.disconnect()
+})
+
+describe('an upstream that closes the connection after answering', () => {
+  test('answers larger than maxResponseBytes reach the client whole, and repeats get 409 response-not-stored', async () => {
+    for (let i = 0; i < 5; i++) {
+      const r = await send(`${gw.url}/pay/${i}`, { method: 'POST', headers: { 'idempotency-key': `close-${i}`, 'content-type': 'text/plain' }, body: 'x' })
+      expect(r.status).toBe(201)
+      expect(r.body.length).toBe(BODY.length)
+    }
+    const again = await send(`${gw.url}/pay/0`, { method: 'POST', headers: { 'idempotency-key': 'close-0', 'content-type': 'text/plain' }, body: 'x' })
+    expect(again.status).toBe(409)
+    expect(again.json().type).toBe('urn:fencegate:problem:response-not-stored')
+    expect(answered).toBe(5)
+  })
+})
