@@ -17,8 +17,9 @@ export interface BatchOptions {
 }
 
 /**
- * @param run executes a batch; must resolve with one result per input, in input order (an Error
- *   in the array rejects that call alone); a rejection rejects every call of the batch
+ * @param run executes a batch in one transaction; must resolve with one result per input, in
+ *   input order (an Error in the array rejects that call alone). When it rejects, each call is
+ *   run again alone, so a rejection fails only the calls that fail on their own too.
  * @returns a function that queues one call and resolves with its result
  */
 export function batcher<I, O>(run: (inputs: readonly I[]) => Promise<(O | Error)[]>, options: BatchOptions = {}): (input: I) => Promise<O> {
@@ -28,6 +29,15 @@ export function batcher<I, O>(run: (inputs: readonly I[]) => Promise<(O | Error)
   const loader = new DataLoader<I, O>(async (inputs) => {
     try {
       return await run(inputs)
+    } catch (e) {
+      if (inputs.length === 1) throw e
+      // One call the server refuses (a value it cannot store, a statement timeout on one hot
+      // row) must not fail the others: the batch's transaction rolled back, so each call is
+      // made again on its own, in order (calls of one key keep their order), and only the calls
+      // that fail again fail.
+      const out: (O | Error)[] = []
+      for (const input of inputs) out.push(await run([input]).then((r) => r[0], (err: Error) => err))
+      return out
     } finally {
       const next = waiting.shift()
       if (next) next() // the slot passes straight to the batch that waited for it

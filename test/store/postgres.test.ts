@@ -40,6 +40,21 @@ describe('PostgresStore', () => {
     }
   })
 
+  test('a call the server refuses fails alone: the others batched with it still answer', async () => {
+    const s = await open()
+    try {
+      // a NUL cannot be stored in a text column: that call fails, its batch mates must not
+      const results = await Promise.allSettled([s.fence('iso/a', 1n), s.fence('iso/\u0000bad', 1n), s.fence('iso/b', 2n), s.fence('iso/a', 0n)])
+      expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled'])
+      expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(StoreError)
+      // retried in order: the lower token after the higher one is still stale
+      expect((results[3] as PromiseFulfilledResult<unknown>).value).toEqual({ accepted: false, highest: 1n })
+      expect(await s.highest('iso/b')).toBe(2n)
+    } finally {
+      await s.close()
+    }
+  })
+
   test('the reaper deletes expired records in batches and leaves live ones', async () => {
     const s = await open()
     try {
