@@ -120,6 +120,14 @@ describe('fencing tokens', () => {
     expect(up.count('/tenant')).toBe(before + 1)
   })
 
+  test('a resource filled with a NUL (%00) gets 400 fencing-resource-missing, and nothing is forwarded', async () => {
+    const before = up.count('/tenant')
+    const reply = await post(`${gw.url}/tenant?doc=d%00x`, {}, { 'fencing-token': '1', 'x-tenant': 't1' })
+    expect(reply.status).toBe(400)
+    expect(reply.json().type).toBe(`${P}fencing-resource-missing`)
+    expect(up.count('/tenant')).toBe(before)
+  })
+
   test('templates read headers and query: another tenant is another resource', async () => {
     await post(`${gw.url}/tenant?doc=d2`, {}, { 'fencing-token': '5', 'x-tenant': 'ta' })
     expect((await post(`${gw.url}/tenant?doc=d2`, {}, { 'fencing-token': '1', 'x-tenant': 'tb' })).status).toBe(201)

@@ -87,6 +87,11 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
     if (res === undefined) {
       reject('malformed', new Problem('fencing-resource-missing', 'The fencing resource of this route cannot be determined from the request (a header, parameter or query value it names is absent).'))
     }
+    // a NUL (%00 decoded from the path or query) is no name a store can keep (PostgreSQL text
+    // refuses it): the client's mistake, answered as one rather than as a store failure
+    if (res!.includes('\u0000')) {
+      reject('malformed', new Problem('fencing-resource-missing', 'The fencing resource of this route, filled from the request, contains a NUL character (%00), which no resource name may hold.'))
+    }
     // registered before the check: an older token accepted before this one is always seen here
     const flights = inFlight.enter(res!, token!)
     count.n++
