@@ -11,6 +11,10 @@ import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { send } from './helpers/http.js'
+import { request, Agent } from 'undici'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+const slow = new Agent({ pipelining: 0, keepAliveTimeout: 1 })
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const prefix = `test-close-${randomBytes(4).toString('hex')}`
@@ -19,11 +23,17 @@ const BODY = 'x'.repeat(4000)
 let upstream: net.Server
 let gw: TestGateway
 let answered = 0
+const BIG = 4 * 1024 * 1024
 
 beforeAll(async () => {
   upstream = net.createServer((s) => {
-    s.once('data', () => {
+    s.once('data', (d) => {
       answered++
+      if (d.toString().startsWith('GET /big')) {
+        s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: ${BIG}\r\nconnection: close\r\n\r\n`)
+        s.end(Buffer.alloc(BIG, 'y'))
+        return
+      }
       s.end(`HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\ncontent-length: ${BODY.length}\r\nconnection: close\r\n\r\n${BODY}`)
     })
   })
@@ -42,6 +52,13 @@ routes:
       timeout: 2s
     idempotency:
       maxResponseBytes: 1KiB
+  - name: download
+    match:
+      path: /big
+      methods: [GET]
+    upstream:
+      url: http://127.0.0.1:${port}
+      timeout: 2s
 `)
 })
 
@@ -65,5 +82,22 @@ describe('an upstream that closes the connection after answering', () => {
     expect(again.status).toBe(409)
     expect(again.json().type).toBe('urn:fencegate:problem:response-not-stored')
     expect(answered).toBe(5)
+  })
+
+  test('a 4 MiB answer streamed to a client that reads slowly arrives whole, and the gateway lives on', async () => {
+    for (let round = 0; round < 3; round++) {
+      const res = await request(`${gw.url}/big`, { dispatcher: slow, highWaterMark: 16 * 1024 })
+      expect(res.statusCode).toBe(200)
+      let size = 0
+      let n = 0
+      for await (const c of res.body) {
+        size += (c as Buffer).length
+        // a client that stops reading for a while: the gateway's socket to it fills up, and the
+        // upstream has sent everything and closed in the meantime
+        if (++n === 1) await sleep(300)
+      }
+      expect(size).toBe(BIG)
+    }
+    expect((await send(`${gw.adminUrl}/healthz`)).status).toBe(200)
   })
 })

@@ -38,6 +38,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   #stream?: { out: ServerResponse; fail(e: Error): void }
   #ended = false
   #error?: Error
+  /** body bytes still to come per Content-Length; undefined when chunked, -1 when read until close */
+  #remaining?: number
 
   constructor(private readonly limit: number, private readonly onSent: () => void) {}
 
@@ -105,15 +107,19 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (status < 200) return // 1xx: informational, the final response follows
     this.status = status
     this.headers = headers
+    const length = headers['content-length']
+    const chunked = /chunked/i.test(String(headers['transfer-encoding'] ?? ''))
+    this.#remaining = chunked ? undefined : length !== undefined ? Number(length) : -1
     const w = this.#start
     this.#start = undefined
     w?.resolve()
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#remaining !== undefined && this.#remaining > 0) this.#remaining -= chunk.length
     const s = this.#stream
     if (s) {
-      if (!s.out.write(chunk)) controller.pause()
+      if (!s.out.write(chunk) && this.#mayPause()) controller.pause()
       return
     }
     // Kept until streamRest() takes over (the caller attaches it without waiting on anything
@@ -127,6 +133,16 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       this.#body = undefined
       w?.resolve(true)
     }
+  }
+
+  /**
+   * undici 7 crashes the process when the upstream closes the connection while its parser is
+   * paused with nothing left to parse (nodejs/undici#5360): after the last byte of a
+   * Content-Length body, or anywhere in a body that ends with the connection. There the client's
+   * backpressure is not passed on: the rest is buffered for it instead.
+   */
+  #mayPause(): boolean {
+    return this.#remaining === undefined || this.#remaining > 0
   }
 
   onResponseEnd(): void {
