@@ -1,5 +1,5 @@
 /**
- * Helpers shared by bench/scale.ts and bench/soak.ts (bench/run.ts keeps its own copies):
+ * Helpers shared by bench/run.ts, bench/scale.ts and bench/soak.ts:
  * child processes that die with the harness, the node upstream, a fencegate gateway from a temp
  * YAML config, the `unique` request stream, /metrics parsing, CPU and memory readings from /proc.
  */
@@ -70,6 +70,9 @@ export function tmp(prefix = 'fencegate-bench-'): string {
 }
 
 export const running = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null
+
+/** The children started and not yet stopped by `stopChild`. */
+export const liveChildren = (): readonly Child[] => children
 
 export function tail(file: string, lines = 20): string {
   try {
@@ -288,13 +291,33 @@ export function rssBytes(pid: number | undefined): number | undefined {
   }
 }
 
-/** user+system CPU seconds of one process (Linux /proc; undefined elsewhere). */
+/**
+ * user+system CPU seconds of a process and its descendants (a gateway's `--workers`), from
+ * Linux /proc; undefined elsewhere.
+ */
 export function cpuSeconds(pid: number | undefined): number | undefined {
   if (pid === undefined) return undefined
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  const one = (p: number): number => {
+    const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return (Number(f[11]) + Number(f[12])) / 100 // utime, stime in USER_HZ (100)
+    return (Number(f[11]) + Number(f[12])) / 100 // utime, stime in USER_HZ (100 on mainstream Linux)
+  }
+  const kids = (p: number): number[] => {
+    try {
+      return readFileSync(`/proc/${p}/task/${p}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
+    } catch {
+      return []
+    }
+  }
+  try {
+    let total = 0
+    const todo = [pid]
+    while (todo.length) {
+      const p = todo.pop()!
+      total += one(p)
+      todo.push(...kids(p))
+    }
+    return total
   } catch {
     return undefined
   }
@@ -342,10 +365,13 @@ export function foreignMeter(): () => number | undefined {
 
 /**
  * Sums the samples of a Prometheus (or OpenMetrics) text exposition whose name and labels
- * match; undefined when no line has that name (a renamed metric).
+ * match: 0 when the family has no such sample yet, undefined when the exposition has no such
+ * family at all (a renamed metric).
  */
 export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  let sum = 0, seen = false
+  const family = name.replace(/_(count|sum|bucket)$/, '')
+  if (!text.includes(`# TYPE ${family} `) && !text.includes(`# TYPE ${family.replace(/_total$/, '')} `)) return undefined
+  let sum = 0
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
     if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
@@ -353,9 +379,8 @@ export function metricSum(text: string, name: string, labels: Record<string, str
     const value = Number(rest.split(' # ')[0].trim().split(/\s+/)[0])
     if (!Number.isFinite(value)) return undefined
     sum += value
-    seen = true
   }
-  return seen ? sum : undefined
+  return sum
 }
 
 export async function scrape(adminUrl: string): Promise<string> {
@@ -374,11 +399,25 @@ export async function startUpstream(): Promise<{ url: string; child: Child }> {
 export interface Gateway { url: string; adminUrl: string; child: Child; config: string }
 
 /**
- * Writes a config with one route, POST /accounts/:account/*, fenced on `account:{param.account}`
- * with idempotency required, like bench/run.ts's `bench` route. `store` is the YAML block under
- * `store:`, indented by two spaces.
+ * One route of a bench gateway's config: `POST /<prefix>/:account/*` to `upstream`, fenced on
+ * `account:{param.account}` and/or with idempotency required (both by default).
  */
-export function writeGatewayConfig(name: string, store: string, upstream: string, ports: { port: number; adminPort: number }): string {
+export function benchRoute(name: string, prefix: string, upstream: string, checks: { fencing?: boolean; idempotency?: boolean } = { fencing: true, idempotency: true }): string {
+  return `  - name: ${name}
+    match:
+      path: /${prefix}/:account/*
+      methods: [POST]
+    upstream:
+      url: ${upstream}
+${checks.fencing ? '    fencing:\n      resource: "account:{param.account}"\n' : ''}${checks.idempotency ? '    idempotency:\n      required: true\n' : ''}`
+}
+
+/**
+ * Writes a gateway config to the temp folder; returns its path. `store` is the YAML block under
+ * `store:`, indented by two spaces; `routes` are `benchRoute()`s, by default the one `bench`
+ * route (POST /accounts/:account/*, fencing and idempotency).
+ */
+export function writeGatewayConfig(name: string, store: string, upstream: string, ports: { port: number; adminPort: number }, routes = benchRoute('bench', 'accounts', upstream)): string {
   const config = join(tmp(), `${name}.yaml`)
   writeFileSync(config, `# written by bench/lib.ts
 listen: 127.0.0.1:${ports.port}
@@ -387,17 +426,7 @@ admin:
 store:
 ${store}
 routes:
-  - name: bench
-    match:
-      path: /accounts/:account/*
-      methods: [POST]
-    upstream:
-      url: ${upstream}
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-`)
+${routes}`)
   return config
 }
 

@@ -38,40 +38,26 @@
  * The bare upstream, the floor and fastify get the `unique` request stream (they ignore the headers).
  */
 import autocannon from 'autocannon'
-import { spawn, spawnSync, execFileSync, type ChildProcess } from 'node:child_process'
-import { createInterface } from 'node:readline'
-import { mkdtempSync, mkdirSync, openSync, closeSync, readFileSync, writeFileSync, renameSync, rmSync, existsSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
-import net from 'node:net'
 import os from 'node:os'
 import { join, resolve } from 'node:path'
 import { randomBytes } from 'node:crypto'
+import {
+  BenchError, settingErrors, envNumber, HERE, ROOT, CLI, BODY, BASE_HEADERS, REDIS_URL, POSTGRES_URL,
+  type Child, tmp, running, tail, start, waitLine, freePort, waitHttp, liveChildren, onCleanup, runMain,
+  cpuSeconds, machineBusySeconds, benchSeconds, foreignMeter, metricSum, scrape, gitRevision, pad, writeResult, today, benchRoute, writeGatewayConfig,
+  dropSchema, deleteRedisPrefix,
+} from './lib.js'
 
 // ---------------------------------------------------------------------------------- settings
-
-/** A mistake in the settings or the environment: reported by its message, without a stack. */
-class BenchError extends Error {}
-
-/** bad settings, reported by main() (module-level code must not throw) */
-const settingErrors: string[] = []
-
-function envNumber(name: string, fallback: number, min: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < min) {
-    settingErrors.push(`${name} must be a number ≥ ${min}, got "${raw}"`)
-    return fallback
-  }
-  return n
-}
 
 const SECONDS = envNumber('BENCH_SECONDS', 5, 1)
 const ROUNDS = Math.floor(envNumber('BENCH_ROUNDS', 2, 1))
 const WARMUP = envNumber('BENCH_WARMUP', 1, 0)
 const CONNECTIONS = Math.floor(envNumber('BENCH_CONNECTIONS', 50, 1))
 const CPU_PROF = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined
-const KEEP = process.env.BENCH_KEEP === '1'
 const FLOOR_MODE = process.env.BENCH_FLOOR ?? 'pipe'
 if (FLOOR_MODE !== 'pipe' && FLOOR_MODE !== 'pipeline') settingErrors.push(`BENCH_FLOOR must be pipe or pipeline, got "${FLOOR_MODE}"`)
 const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim()).filter(Boolean)) : undefined
@@ -90,141 +76,9 @@ const SCENARIOS_SET = (() => {
   return list.filter(isScenario)
 })()
 
-const HERE = import.meta.dirname // dist/bench
-const ROOT = resolve(HERE, '../..')
-const CLI = resolve(ROOT, 'dist/src/cli.js')
-const RESULTS = resolve(ROOT, 'bench/results')
-
 /** % of one core that processes outside the bench may use during a run before it is flagged */
 const FOREIGN_LIMIT = 15
 
-const BODY = '{"amount":1250,"currency":"EUR","to":"acct-target","memo":"bench"}'
-const BASE_HEADERS = { 'content-type': 'application/json' }
-
-// ----------------------------------------------------------------------- child processes
-
-interface Child {
-  name: string
-  proc: ChildProcess
-  log: string
-  exited: Promise<void>
-}
-
-const children: Child[] = []
-let tmp: string | undefined
-
-const running = (c: Child) => c.proc.exitCode === null && c.proc.signalCode === null
-
-function tail(file: string, lines = 20): string {
-  try {
-    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n')
-  } catch {
-    return '(no log)'
-  }
-}
-
-/**
- * Starts a child with stdout piped (to read its ready line) and stderr to a log file. Node
- * children get a stdin pipe: they exit when it closes, so they die with the harness even on kill -9.
- */
-function start(name: string, cmd: string, args: string[], opts: { stdinPipe?: boolean; env?: Record<string, string> } = {}): Child {
-  const log = join(tmp!, `${name}.log`)
-  const fd = openSync(log, 'a')
-  const proc = spawn(cmd, args, { cwd: ROOT, stdio: [opts.stdinPipe ? 'pipe' : 'ignore', 'pipe', fd], env: { ...process.env, ...opts.env } })
-  closeSync(fd)
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()))
-  proc.once('error', () => {}) // reported through waitReady / exitCode
-  const child = { name, proc, log, exited }
-  children.push(child)
-  return child
-}
-
-/** Resolves with the first capture of `re` in the child's stdout; rejects when it exits first. */
-function waitLine(child: Child, re: RegExp, timeoutMs = 15_000): Promise<string> {
-  return new Promise((ok, fail) => {
-    const rl = createInterface({ input: child.proc.stdout! })
-    const done = (err?: Error, value?: string) => {
-      clearTimeout(timer)
-      rl.off('line', onLine)
-      child.proc.off('exit', onExit)
-      child.proc.off('error', onError)
-      child.proc.stdout!.resume() // keep draining whatever else it prints
-      if (err) fail(err)
-      else ok(value!)
-    }
-    const onLine = (line: string) => {
-      const m = re.exec(line)
-      if (m) done(undefined, m[1])
-    }
-    const onExit = () => done(new Error(`${child.name} exited (${child.proc.exitCode ?? child.proc.signalCode}) before it was ready:\n${tail(child.log)}`))
-    const onError = (e: Error) => done(new Error(`${child.name} could not start: ${e.message}`))
-    const timer = setTimeout(() => done(new Error(`${child.name} not ready after ${timeoutMs} ms:\n${tail(child.log)}`)), timeoutMs)
-    rl.on('line', onLine)
-    child.proc.once('exit', onExit)
-    child.proc.once('error', onError)
-  })
-}
-
-async function stopChild(c: Child, graceMs = 5_000): Promise<void> {
-  if (!running(c)) return
-  c.proc.kill('SIGTERM')
-  const late = await Promise.race([c.exited.then(() => false), sleep(graceMs).then(() => true)])
-  if (late && running(c)) {
-    c.proc.kill('SIGKILL')
-    await c.exited
-  }
-}
-
-let cleaned = false
-async function cleanup(): Promise<void> {
-  if (cleaned) return
-  cleaned = true
-  await Promise.all(children.slice().reverse().map((c) => stopChild(c).catch(() => {})))
-  await cleanStores()
-  if (tmp && !KEEP) rmSync(tmp, { recursive: true, force: true })
-  else if (tmp) process.stderr.write(`kept ${tmp}\n`)
-}
-
-// last resort (process.exit, an uncaught error): synchronous kill of whatever still runs
-process.on('exit', () => {
-  for (const c of children) if (running(c)) c.proc.kill('SIGKILL')
-})
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.once(sig, () => {
-    process.stderr.write(`\n${sig}: stopping the children\n`)
-    cleanup().finally(() => process.exit(130))
-  })
-}
-process.on('uncaughtException', (e) => {
-  process.stderr.write(`bench: ${e.stack ?? e.message}\n`)
-  cleanup().finally(() => process.exit(1))
-})
-
-// ------------------------------------------------------------------------------- helpers
-
-const freePort = () => new Promise<number>((ok, fail) => {
-  const s = net.createServer()
-  s.on('error', fail)
-  s.listen(0, '127.0.0.1', () => {
-    const { port } = s.address() as net.AddressInfo
-    s.close(() => ok(port))
-  })
-})
-
-/** Polls `url` until it answers `status`. */
-async function waitHttp(url: string, child: Child, status?: number, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    if (!running(child)) throw new Error(`${child.name} exited before it was ready:\n${tail(child.log)}`)
-    try {
-      const r = await fetch(url, { method: 'GET' })
-      await r.arrayBuffer()
-      if (status === undefined || r.status === status) return
-    } catch { /* not up yet */ }
-    if (Date.now() > deadline) throw new Error(`${child.name} not ready at ${url} after ${timeoutMs} ms:\n${tail(child.log)}`)
-    await sleep(50)
-  }
-}
 
 function median(xs: number[]): number {
   const s = xs.slice().sort((a, b) => a - b)
@@ -232,90 +86,14 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2
 }
 
-/** user+system CPU seconds of a process and its descendants (Linux /proc; undefined elsewhere). */
-function cpuSeconds(pid: number | undefined): number | undefined {
-  if (pid === undefined) return undefined
-  const tick = 100 // USER_HZ, 100 on every mainstream Linux
-  const one = (p: number): number => {
-    const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return (Number(f[11]) + Number(f[12])) / tick // utime, stime
-  }
-  const kids = (p: number): number[] => {
-    try {
-      return readFileSync(`/proc/${p}/task/${p}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
-    } catch {
-      return []
-    }
-  }
-  try {
-    let total = 0
-    const todo = [pid]
-    while (todo.length) {
-      const p = todo.pop()!
-      total += one(p)
-      todo.push(...kids(p))
-    }
-    return total
-  } catch {
-    return undefined
-  }
-}
-
-/** Busy CPU seconds of the whole machine, all cores (Linux /proc/stat; undefined elsewhere). */
-function machineBusySeconds(): number | undefined {
-  try {
-    const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)
-    // user nice system idle iowait irq softirq steal (guest time is already in user)
-    const [user, nice, system, , , irq, softirq, steal] = f
-    return (user + nice + system + irq + softirq + (steal ?? 0)) / 100
-  } catch {
-    return undefined
-  }
-}
-
-/** CPU seconds used by the harness and every child it started. */
-function benchSeconds(): number | undefined {
-  let total = process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6
-  for (const c of children) {
-    if (!running(c)) continue
-    const s = cpuSeconds(c.proc.pid)
-    if (s === undefined) return undefined
-    total += s
-  }
-  return total
-}
-
 /**
  * How much of the machine's CPU went to processes other than the bench's over `ms`, in % of one
  * core: another job on the box skews every figure, so it is measured before and during runs.
  */
 async function foreignLoad(ms: number): Promise<number | undefined> {
-  const m0 = machineBusySeconds(), b0 = benchSeconds(), t0 = performance.now()
+  const stop = foreignMeter()
   await sleep(ms)
-  const m1 = machineBusySeconds(), b1 = benchSeconds(), wall = (performance.now() - t0) / 1000
-  if (m0 === undefined || m1 === undefined || b0 === undefined || b1 === undefined) return undefined
-  return Math.max(0, Math.round((((m1 - m0) - (b1 - b0)) / wall) * 100))
-}
-
-/**
- * Sums the samples of a Prometheus (or OpenMetrics) text exposition whose name and labels
- * match; undefined when the exposition has no such metric family (a renamed metric).
- */
-function metricSum(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  const family = name.replace(/_(count|sum|bucket)$/, '')
-  if (!text.includes(`# TYPE ${family} `) && !text.includes(`# TYPE ${family.replace(/_total$/, '')} `)) return undefined
-  let sum = 0
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue
-    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue
-    // name{labels} value [timestamp] [# {exemplar} value [timestamp]]; label values may hold spaces
-    const rest = line.slice(line.startsWith(`${name}{`) ? line.indexOf('}', name.length) + 1 : name.length)
-    const value = Number(rest.split(' # ')[0].trim().split(/\s+/)[0])
-    if (!Number.isFinite(value)) return undefined
-    sum += value
-  }
-  return sum
+  return stop()
 }
 
 // ------------------------------------------------------------------------------ upstreams
@@ -335,7 +113,7 @@ async function startUpstream(): Promise<Upstream> {
   if (forced === 'nginx' && !nginx) throw new BenchError('BENCH_UPSTREAM=nginx but no working nginx on PATH')
   if (nginx) {
     const port = await freePort()
-    const dir = join(tmp!, 'nginx')
+    const dir = join(tmp(), 'nginx')
     mkdirSync(join(dir, 'logs'), { recursive: true })
     const conf = join(dir, 'nginx.conf')
     writeFileSync(conf, `# written by bench/run.ts
@@ -368,7 +146,7 @@ http {
     await waitHttp(`${url}/`, child, 201)
     return { kind: 'nginx', version: nginx, url, child }
   }
-  const child = start('upstream-node', process.execPath, [join(HERE, 'upstream.js'), '0'], { stdinPipe: true })
+  const child = start('upstream-node', process.execPath, [join(HERE, 'upstream.js'), '0'])
   const url = await waitLine(child, /^listening (\S+)/)
   return { kind: 'node', version: `node:http ${process.version}`, url, child }
 }
@@ -385,13 +163,13 @@ function profileArgs(name: string, forks = false): string[] {
 }
 
 async function startFloor(upstream: string): Promise<{ url: string; child: Child }> {
-  const child = start('floor', process.execPath, [...profileArgs('floor'), join(HERE, 'floor-proxy.js'), upstream, '0', FLOOR_MODE], { stdinPipe: true })
+  const child = start('floor', process.execPath, [...profileArgs('floor'), join(HERE, 'floor-proxy.js'), upstream, '0', FLOOR_MODE])
   return { url: await waitLine(child, /^listening (\S+)/), child }
 }
 
 /** The fastify anchor (fastify-proxy.ts): @fastify/http-proxy, pooled like the floor. */
 async function startFastify(upstream: string): Promise<{ url: string; child: Child }> {
-  const child = start('fastify', process.execPath, [...profileArgs('fastify'), join(HERE, 'fastify-proxy.js'), upstream, '0'], { stdinPipe: true })
+  const child = start('fastify', process.execPath, [...profileArgs('fastify'), join(HERE, 'fastify-proxy.js'), upstream, '0'])
   return { url: await waitLine(child, /^listening (\S+)/), child }
 }
 
@@ -419,66 +197,26 @@ const DEFAULT_SCENARIOS: Record<GatewayName, Scenario[]> = {
 const WORKERS: Partial<Record<GatewayName, number>> = { 'sqlite-w2': 2 }
 // one key prefix / schema per run, so runs never see each other's high-water marks
 const RUN_ID = `bench_${process.pid}_${Date.now().toString(36)}`
-const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379'
-const POSTGRES_URL = process.env.BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 
 function storeBlock(name: GatewayName): string {
   switch (name) {
     case 'redis': return `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: ${RUN_ID}`
     case 'postgres': return `  kind: postgres\n  url: ${POSTGRES_URL}\n  schema: ${RUN_ID}\n  pool: 20`
-    case 'sqlite': return `  kind: sqlite\n  path: ${join(tmp!, 'fencegate.db')}`
-    case 'sqlite-w2': return `  kind: sqlite\n  path: ${join(tmp!, 'fencegate-w2.db')}` // its own file, grown by its runs only
+    case 'sqlite': return `  kind: sqlite\n  path: ${join(tmp(), 'fencegate.db')}`
+    case 'sqlite-w2': return `  kind: sqlite\n  path: ${join(tmp(), 'fencegate-w2.db')}` // its own file, grown by its runs only
     default: return '  kind: memory'
   }
 }
 
 async function startGateway(name: GatewayName, upstream: string): Promise<Gateway> {
   const [port, adminPort] = [await freePort(), await freePort()]
-  const config = join(tmp!, `fencegate-${name}.yaml`)
-  writeFileSync(config, `# written by bench/run.ts
-listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${adminPort}
-store:
-${storeBlock(name)}
-routes:
-  - name: bench
-    match:
-      path: /accounts/:account/*
-      methods: [POST]
-    upstream:
-      url: ${upstream}
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-  - name: bench-stale
-    match:
-      path: /stale/:account/*
-      methods: [POST]
-    upstream:
-      url: ${upstream}
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-  - name: bench-fencing
-    match:
-      path: /fenced/:account/*
-      methods: [POST]
-    upstream:
-      url: ${upstream}
-    fencing:
-      resource: "account:{param.account}"
-  - name: bench-idempotency
-    match:
-      path: /keyed/:account/*
-      methods: [POST]
-    upstream:
-      url: ${upstream}
-    idempotency:
-      required: true
-`)
+  // one route per kind of check, so one process serves every scenario
+  const config = writeGatewayConfig(`fencegate-${name}`, storeBlock(name), upstream, { port, adminPort }, [
+    benchRoute('bench', ROUTE_PREFIX.unique, upstream),
+    benchRoute('bench-stale', ROUTE_PREFIX.stale, upstream),
+    benchRoute('bench-fencing', ROUTE_PREFIX.fencing, upstream, { fencing: true }),
+    benchRoute('bench-idempotency', ROUTE_PREFIX.idempotency, upstream, { idempotency: true }),
+  ].join(''))
   // traced: spans go over OTLP/HTTP to the bench upstream, which answers every POST with a 2xx
   const env: Record<string, string> = name === 'traced' ? { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${upstream}/v1/traces`, OTEL_SERVICE_NAME: 'fencegate-bench' } : {}
   const workers = WORKERS[name]
@@ -489,27 +227,10 @@ routes:
   return { url, adminUrl, child, config }
 }
 
-/** Drops what the redis and postgres gateways left behind. */
+/** Drops what the redis and postgres gateways left behind (servers not reachable: nothing was made). */
 async function cleanStores(): Promise<void> {
-  try {
-    const { default: pg } = await import('pg')
-    const client = new pg.Client({ connectionString: POSTGRES_URL })
-    await client.connect()
-    await client.query(`DROP SCHEMA IF EXISTS "${RUN_ID}" CASCADE`)
-    await client.end()
-  } catch { /* not reachable: nothing was created */ }
-  try {
-    const { Redis } = await import('ioredis')
-    const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1 })
-    await redis.connect()
-    let cursor = '0'
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `*${RUN_ID}*`, 'COUNT', 1000)
-      if (keys.length) await redis.del(...keys)
-      cursor = next
-    } while (cursor !== '0')
-    redis.disconnect()
-  } catch { /* not reachable: nothing was created */ }
+  await dropSchema(RUN_ID).catch(() => {})
+  await deleteRedisPrefix(RUN_ID).catch(() => {})
 }
 
 // ------------------------------------------------------------------------------ scenarios
@@ -652,11 +373,7 @@ interface Figures {
   warnings: string[]
 }
 
-async function metrics(g: Gateway | undefined): Promise<string | undefined> {
-  if (!g) return undefined
-  const r = await fetch(`${g.adminUrl}/metrics`)
-  return r.text()
-}
+const metrics = async (g: Gateway | undefined): Promise<string | undefined> => (g ? scrape(g.adminUrl) : undefined)
 
 async function measure(t: Target, upstream: Upstream, round: number): Promise<Figures> {
   let shape: Pick<autocannon.Options, 'setupClient' | 'requests'>
@@ -694,7 +411,7 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
   const machine = pct(cpu0.machine, machineBusySeconds())
   const bench = pct(cpu0.bench, benchSeconds())
   const foreign = machine === undefined || bench === undefined ? undefined : Math.max(0, machine - bench)
-  for (const c of children) {
+  for (const c of liveChildren()) {
     if (!running(c)) throw new Error(`${c.name} exited (${c.proc.exitCode ?? c.proc.signalCode}) during the ${LABEL[t.name]} ${t.scenario} run; its log ends:\n${tail(c.log)}`)
   }
   const after = await metrics(t.gateway)
@@ -796,16 +513,6 @@ function goalsOf(target: TargetName, scenario: Scenario): { rps?: number; p99?: 
   return { rps: scenario === 'unique' ? store : scenario === 'replay' ? REPLAY_GOAL : undefined, p99: P99_GOAL }
 }
 
-function gitRevision(): string | undefined {
-  try {
-    const rev = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
-    return dirty ? `${rev}+dirty-src` : rev
-  } catch {
-    return undefined
-  }
-}
-
 /** The installed version of a package, from its package.json (for the report). */
 function packageVersion(name: string): string | undefined {
   try {
@@ -813,10 +520,6 @@ function packageVersion(name: string): string | undefined {
   } catch {
     return undefined
   }
-}
-
-function pad(cells: string[], widths: number[], right: boolean[]): string {
-  return cells.map((c, i) => (right[i] ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  ').trimEnd()
 }
 
 async function main(): Promise<void> {
@@ -829,7 +532,7 @@ async function main(): Promise<void> {
     ONLY?.has(`${name}:${scenario}`) || ((!ONLY || ONLY.has(name)) && (SCENARIOS_SET ?? DEFAULT_SCENARIOS[name]).includes(scenario))
   const isGateway = (n: TargetName): n is GatewayName => (GATEWAYS as TargetName[]).includes(n)
   const wanted = TARGETS_WANTED.filter((n) => (isGateway(n) ? SCENARIOS.some((s) => pick(n, s)) : !ONLY || ONLY.has(n)))
-  tmp = mkdtempSync(join(os.tmpdir(), 'fencegate-bench-'))
+  onCleanup(cleanStores)
 
   const upstream = await startUpstream()
   const targets: Target[] = []
@@ -925,7 +628,7 @@ async function main(): Promise<void> {
   // a partial, profiled or re-scoped run must not replace the day's full figures
   const partial = ONLY !== undefined || CPU_PROF !== undefined || SCENARIOS_SET !== undefined
   const now = new Date()
-  const date = `${now.getFullYear()}-${String(now.getMonth() + 1).padStart(2, '0')}-${String(now.getDate()).padStart(2, '0')}`
+  const date = today(now)
   const report = {
     date: now.toISOString(),
     revision: gitRevision(),
@@ -969,10 +672,7 @@ async function main(): Promise<void> {
       rounds: r.rounds,
     })),
   }
-  mkdirSync(RESULTS, { recursive: true })
-  const file = join(RESULTS, `${date}${partial ? '-partial' : ''}.json`)
-  writeFileSync(`${file}.tmp`, `${JSON.stringify(report, null, 2)}\n`)
-  renameSync(`${file}.tmp`, file)
+  const file = writeResult(`${date}${partial ? '-partial' : ''}`, report)
   process.stdout.write(`\nwrote ${file}\n`)
   if (withRatio.some((r) => r.rounds.some((f) => f.warnings.length))) {
     process.stdout.write('the machine was not quiet during some runs (marked ~ above): rerun on an idle machine before quoting\n')
@@ -983,11 +683,4 @@ async function main(): Promise<void> {
   }
 }
 
-try {
-  await main()
-} catch (e) {
-  process.stderr.write(`bench: ${e instanceof BenchError ? e.message : (e as Error).stack ?? String(e)}\n`)
-  process.exitCode = 1
-} finally {
-  await cleanup()
-}
+await runMain('bench', main)
