@@ -289,6 +289,22 @@ describe('idempotency keys', () => {
     expect(stale.headers['idempotent-replayed']).toBeUndefined()
   })
 
+  test('a stale token is answered 412 before any idempotency error, and leaves its key untouched', async () => {
+    const r = `acct-order-${n}`
+    expect((await call(`/fenced/${r}`, key(), {}, { 'fencing-token': '9' })).status).toBe(201)
+    const before = up.count(`/fenced/${r}`)
+    // no key, a malformed key: the stale token is what the client hears about
+    expect((await call(`/fenced/${r}`, undefined, {}, { 'fencing-token': '3' })).json().type).toBe('urn:fencegate:problem:stale-fencing-token')
+    expect((await call(`/fenced/${r}`, 'x'.repeat(300), {}, { 'fencing-token': '3' })).status).toBe(412)
+    // a well-formed key sent with a stale token is not claimed: the current holder can use it
+    const k = key()
+    expect((await call(`/fenced/${r}`, k, {}, { 'fencing-token': '3' })).status).toBe(412)
+    const fresh = await call(`/fenced/${r}`, k, {}, { 'fencing-token': '9' })
+    expect(fresh.status).toBe(201)
+    expect(fresh.headers['idempotent-replayed']).toBeUndefined()
+    expect(up.count(`/fenced/${r}`)).toBe(before + 1)
+  })
+
   test('results are counted: stored, replayed, in_flight, key_reused', async () => {
     const k = key()
     const m0 = await metrics(gw.adminUrl)

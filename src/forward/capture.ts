@@ -9,13 +9,6 @@ import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import type { Dispatcher } from 'undici'
 import type { ServerResponse } from 'node:http'
 
-/** The request could not be sent or answered; `sent` says whether any of it was written. */
-export class UpstreamCallError extends Error {
-  constructor(readonly error: Error & { code?: string }, readonly sent: boolean) {
-    super(error.message, { cause: error })
-  }
-}
-
 interface Waiter<T> { resolve(v: T): void; reject(e: Error): void }
 
 const CLIENT_LEFT = 'client connection closed before the response ended'
@@ -45,7 +38,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
 
   /**
    * Dispatches the request; resolves when the response headers are in.
-   * @throws UpstreamCallError (its `sent` tells whether the upstream may have seen the request)
+   * @throws undici's error when the request fails before the response headers; `sent` then
+   *   tells whether the upstream may have seen it
    */
   start(dispatcher: Dispatcher, opts: Dispatcher.DispatchOptions): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -155,11 +149,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseError(controller: Dispatcher.DispatchController, err: Error): void {
-    const e = new UpstreamCallError(err, this.sent)
-    this.#error = e
-    this.#start?.reject(e)
-    this.#body?.reject(e)
-    this.#stream?.fail(e)
+    this.#error = err
+    this.#start?.reject(err)
+    this.#body?.reject(err)
+    this.#stream?.fail(err)
     this.#start = undefined
     this.#body = undefined
   }

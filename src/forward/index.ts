@@ -18,7 +18,7 @@ import type { Metrics } from '../telemetry/metrics.js'
 import type { UnknownReason } from '../store/types.js'
 import { Problem } from '../problems.js'
 import { tooLarge } from '../body.js'
-import { UpstreamCall, UpstreamCallError } from './capture.js'
+import { UpstreamCall } from './capture.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
 
 // Errors raised before any byte of the request could reach the upstream.
@@ -80,11 +80,9 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     const hasBody = buffered !== undefined || declared !== undefined || incoming.headers['transfer-encoding'] !== undefined
     const body = buffered ?? (!hasBody ? null : declared !== undefined ? incoming : limited(incoming, maxBody))
 
-    let sent = false
     const fence = fenced ? c.get('fence') : undefined
     // kept for replays: captured up to the limit, then streamed; otherwise streamed from the start
     const call = new UpstreamCall(exchange ? exchange.captureBytes : 0, () => {
-      sent = true
       fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
     })
     const onClose = () => { if (!outgoing.writableFinished) call.abort() }
@@ -151,8 +149,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     try {
       await call.start(pool, { ...requestOptions, body })
     } catch (e) {
-      const err = e instanceof UpstreamCallError ? e.error : e as Error
-      return failed(err, sent, call.aborted)
+      return failed(e as Error, call.sent, call.aborted)
     }
     answered(call.status)
     const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)

@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { MiddlewareHandler } from 'hono'
+import type { Context, MiddlewareHandler } from 'hono'
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
 import type { Exchange, GatewayEnv } from '../context.js'
 import { sha256hex, type CompiledRoute } from '../route.js'
@@ -77,40 +77,50 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     },
   })
 
-  return async function idempotency(c, next) {
+  /**
+   * Reads what the claim needs from the request: its record key and fingerprint (the body is
+   * read, up to maxRequestBytes), or undefined when this request makes no claim.
+   * @throws Problem 400 (key missing, malformed or unscoped), 413
+   */
+  const prepare = async (c: Context<GatewayEnv>): Promise<{ recordKey: RecordKey; fp: string } | undefined> => {
     const incoming = c.env.incoming
-    // fencing's check, left for this middleware to make with the claim (one store call)
-    const check = c.get('pendingFence')
-    if (!i.methods.has(incoming.method!)) { await settleFence(check, store); return next() }
+    if (!i.methods.has(incoming.method!)) return undefined
     const raw = incoming.headers[i.keyHeader]
     if (raw === undefined) {
-      await settleFence(check, store) // a stale token is refused first: fencing comes first
-      if (!i.required) return next()
+      if (!i.required) return undefined
       throw new Problem('idempotency-key-required', `This route requires an ${route.config.idempotency!.keyHeader} header naming the operation, so a retry cannot apply it twice.`)
     }
     const key = parseIdempotencyKey(Array.isArray(raw) ? raw.join(', ') : raw)
     if (key === undefined) {
-      await settleFence(check, store)
       throw new Problem('idempotency-key-malformed', `${route.config.idempotency!.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`)
     }
-    let body
-    try {
-      body = await readBody(incoming, maxBody)
-    } catch (e) {
-      await settleFence(check, store)
-      throw e
-    }
+    const body = await readBody(incoming, maxBody)
     c.set('body', body)
     const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
     let scope = ''
     if (!i.scopeIsRoute) {
       const filled = i.scope(requestTemplateSource(c))
       // hashing "" would put every such request in one shared key space
-      if (filled === undefined) await settleFence(check, store)
       if (filled === undefined) throw new Problem('idempotency-key-malformed', `This route scopes idempotency keys by "${route.config.idempotency!.scope}", which this request does not carry.`)
       scope = sha256hex(filled)
     }
-    const recordKey: RecordKey = { route: route.name, scope, key }
+    return { recordKey: { route: route.name, scope, key }, fp }
+  }
+
+  return async function idempotency(c, next) {
+    // fencing's check, left for this middleware to make with the claim (one store call); made
+    // on its own first whenever there is no claim, so a stale token is still refused before
+    // any idempotency error (fencing comes first)
+    const check = c.get('pendingFence')
+    let prepared
+    try {
+      prepared = await prepare(c)
+    } catch (e) {
+      await settleFence(check, store)
+      throw e
+    }
+    if (!prepared) { await settleFence(check, store); return next() }
+    const { recordKey, fp } = prepared
     c.set('idempotencyRecord', recordKey)
     c.set('fingerprint', fp)
     const claimId = randomUUID()

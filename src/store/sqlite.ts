@@ -116,11 +116,11 @@ export class SqliteStore implements Store {
   readonly #recPut: Statement
   readonly #recDel: Statement
   readonly #reap: Statement
-  readonly #fenceTx: (resource: string, token: bigint) => FenceResult
-  readonly #claimTx: (id: string, req: ClaimRequest, now: number) => ClaimResult
-  readonly #admitTx: (fence: FenceRequest, id: string, req: ClaimRequest, now: number) => AdmitResult
-  readonly #finishTx: (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => void
-  readonly #releaseTx: (id: string, claimId: string) => void
+  readonly #fenceOp: (resource: string, token: bigint) => FenceResult
+  readonly #claimOp: (id: string, req: ClaimRequest, now: number) => ClaimResult
+  readonly #admitOp: (fence: FenceRequest, id: string, req: ClaimRequest, now: number) => AdmitResult
+  readonly #finishOp: (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => void
+  readonly #releaseOp: (id: string, claimId: string) => void
   readonly #batchTx: (batch: Pending[]) => void
   #pending: Pending[] = []
   #flushing = false
@@ -163,27 +163,27 @@ export class SqliteStore implements Store {
     this.#reap = db.prepare('DELETE FROM fg_records_v1 WHERE id IN (SELECT id FROM fg_records_v1 WHERE expires_at <= ? LIMIT 1000)')
 
     const get = (id: string) => toRecord(this.#recGet.get(id) as RecordRow | undefined)
-    const fenceTx = ((resource: string, token: bigint): FenceResult => {
+    const fenceOp = (resource: string, token: bigint): FenceResult => {
       const row = this.#fenceUp.get(resource, token) as { highest: bigint } | undefined
       if (row) return { accepted: true, highest: row.highest }
       return { accepted: false, highest: (this.#fenceGet.get(resource) as { highest: bigint }).highest }
-    })
-    const claimTx = ((id: string, req: ClaimRequest, now: number): ClaimResult => {
+    }
+    const claimOp = (id: string, req: ClaimRequest, now: number): ClaimResult => {
       const { result, write } = decideClaim(get(id), req, now)
       if (write) this.#recPut.run(toRow(id, write))
       return result
-    })
-    this.#admitTx = ((fence: FenceRequest, id: string, req: ClaimRequest, now: number): AdmitResult => {
-      const result = fenceTx(fence.resource, fence.token)
-      return result.accepted ? { fence: result, claim: claimTx(id, req, now) } : { fence: result }
-    })
-    const finishTx = ((id: string, claimId: string, done: Completion, ttlMs: number, now: number) => {
+    }
+    this.#admitOp = (fence: FenceRequest, id: string, req: ClaimRequest, now: number): AdmitResult => {
+      const result = fenceOp(fence.resource, fence.token)
+      return result.accepted ? { fence: result, claim: claimOp(id, req, now) } : { fence: result }
+    }
+    const finishOp = (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => {
       const next = decideFinish(get(id), claimId, done, ttlMs, now)
       if (next) this.#recPut.run(toRow(id, next))
-    })
-    const releaseTx = ((id: string, claimId: string) => {
+    }
+    const releaseOp = (id: string, claimId: string) => {
       if (mayRelease(get(id), claimId)) this.#recDel.run(id)
-    })
+    }
     const resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number): ResolveResult => {
       const { result, write } = decideResolve(get(id), as, ttlMs, now)
       if (write === null) this.#recDel.run(id)
@@ -196,10 +196,10 @@ export class SqliteStore implements Store {
     // operations): a statement that fails is undone by SQLite alone, and each operation writes
     // with one statement (admit with two: a mark raised for a claim that then failed, as when
     // fence and claim are two calls), so the others still commit.
-    this.#fenceTx = fenceTx
-    this.#claimTx = claimTx
-    this.#finishTx = finishTx
-    this.#releaseTx = releaseTx
+    this.#fenceOp = fenceOp
+    this.#claimOp = claimOp
+    this.#finishOp = finishOp
+    this.#releaseOp = releaseOp
     // BEGIN IMMEDIATE: take the write lock before reading, so two processes cannot both read
     // the old state and then both write (and no deadlock upgrading a read lock).
     this.#batchTx = db.transaction((batch: Pending[]) => {
@@ -252,12 +252,12 @@ export class SqliteStore implements Store {
   }
 
   fence(resource: string, token: bigint): Promise<FenceResult> {
-    return this.#write('fence', () => this.#fenceTx(resource, token))
+    return this.#write('fence', () => this.#fenceOp(resource, token))
   }
 
   /** fence and claim in one savepoint of the group commit: nothing else runs between them */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-    return this.#write('admit', () => this.#admitTx(fence, recordId(key), req, now))
+    return this.#write('admit', () => this.#admitOp(fence, recordId(key), req, now))
   }
 
   highest(resource: string): Promise<bigint | undefined> {
@@ -265,15 +265,15 @@ export class SqliteStore implements Store {
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#write('claim', () => this.#claimTx(recordId(key), req, now))
+    return this.#write('claim', () => this.#claimOp(recordId(key), req, now))
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#write('finish', () => this.#finishTx(recordId(key), claimId, done, ttlMs, now))
+    return this.#write('finish', () => this.#finishOp(recordId(key), claimId, done, ttlMs, now))
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#write('release', () => this.#releaseTx(recordId(key), claimId))
+    return this.#write('release', () => this.#releaseOp(recordId(key), claimId))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
