@@ -486,23 +486,29 @@ export const runTag = randomBytes(3).toString('hex')
 let tokenSeq = 0 // one counter for the whole process, so no resource ever sees a token go back
 let keySeq = 0
 let connSeq = 0
+/** A new idempotency key, never used by this run or another (`<prefix>-<runTag>-<n>`). */
+export const nextKey = (prefix = 'k') => `${prefix}-${runTag}-${++keySeq}`
+/** The next fencing token: higher than every one sent before in this process. */
+export const nextToken = () => String(++tokenSeq)
 
 /**
- * bench/run.ts's `unique` stream: each connection (autocannon client) writes its own account;
- * each request gets the next token and a new key. A connection has one request in flight, so
- * its tokens arrive in order. Every request is claimed, forwarded and stored.
+ * bench/run.ts's `unique` stream: each connection (autocannon client) writes its own account
+ * under `/<prefix>/`; each request gets the next token and a new key (either left out with
+ * `key: false` / `token: false`, for routes with one check). A connection has one request in
+ * flight, so its tokens arrive in order. Every request is forwarded (and stored, with a key).
  */
-export function uniqueRequests(): Pick<autocannon.Options, 'setupClient'> {
+export function uniqueRequests(options: { prefix?: string; key?: boolean; token?: boolean } = {}): Pick<autocannon.Options, 'setupClient'> {
+  const { prefix = 'accounts', key = true, token = true } = options
   return {
     setupClient(client) {
-      const path = `/accounts/acct-${runTag}-${++connSeq}/transfers`
+      const path = `/${prefix}/acct-${runTag}-${++connSeq}/transfers`
       client.setRequests([{
         method: 'POST',
         path,
         body: BODY,
         setupRequest: (req) => ({
           ...req,
-          headers: { ...BASE_HEADERS, 'idempotency-key': `k-${runTag}-${++keySeq}`, 'fencing-token': String(++tokenSeq) },
+          headers: { ...BASE_HEADERS, ...(key ? { 'idempotency-key': nextKey() } : {}), ...(token ? { 'fencing-token': nextToken() } : {}) },
         }),
       }])
     },

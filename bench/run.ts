@@ -43,12 +43,11 @@ import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import os from 'node:os'
 import { join, resolve } from 'node:path'
-import { randomBytes } from 'node:crypto'
 import {
   BenchError, settingErrors, envNumber, HERE, ROOT, CLI, BODY, BASE_HEADERS, REDIS_URL, POSTGRES_URL,
   type Child, tmp, running, tail, start, waitLine, freePort, waitHttp, liveChildren, onCleanup, runMain,
   cpuSeconds, machineBusySeconds, benchSeconds, foreignMeter, metricSum, scrape, gitRevision, pad, writeResult, today, benchRoute, writeGatewayConfig,
-  dropSchema, deleteRedisPrefix,
+  dropSchema, deleteRedisPrefix, runTag, nextKey, nextToken, uniqueRequests,
 } from './lib.js'
 
 // ---------------------------------------------------------------------------------- settings
@@ -246,44 +245,16 @@ interface Target {
   gateway?: Gateway
 }
 
-const runTag = randomBytes(3).toString('hex')
-let tokenSeq = 0 // fencing tokens: one counter for the whole run, so no resource ever sees one go back
-let keySeq = 0
-let connSeq = 0
 let staleSeq = 0
 
 /** The first path segment of each scenario's route in the gateway config (startGateway). */
 const ROUTE_PREFIX: Record<Scenario, string> = { unique: 'accounts', replay: 'accounts', stale: 'stale', fencing: 'fenced', idempotency: 'keyed' }
 
-/**
- * `unique`: each connection (autocannon client) writes its own account; each request gets the
- * next token and a new key. A connection has one request in flight, so its tokens arrive in order.
- * `fencing` and `idempotency` send the same stream to their routes, with only the token or only
- * the key.
- */
-function uniqueRequests(scenario: 'unique' | 'fencing' | 'idempotency' = 'unique'): Pick<autocannon.Options, 'setupClient'> {
-  const key = scenario !== 'fencing', token = scenario !== 'idempotency'
-  return {
-    setupClient(client) {
-      const path = `/${ROUTE_PREFIX[scenario]}/acct-${runTag}-${++connSeq}/transfers`
-      client.setRequests([{
-        method: 'POST',
-        path,
-        body: BODY,
-        setupRequest: (req) => ({
-          ...req,
-          headers: {
-            ...BASE_HEADERS,
-            ...(key ? { 'idempotency-key': `k-${runTag}-${++keySeq}` } : {}),
-            ...(token ? { 'fencing-token': String(++tokenSeq) } : {}),
-          },
-        }),
-      }])
-    },
-  }
-}
+/** `unique`, `fencing` and `idempotency`: lib's unique stream on the scenario's route, with only its checks' headers. */
+const scenarioRequests = (scenario: 'unique' | 'fencing' | 'idempotency') =>
+  uniqueRequests({ prefix: ROUTE_PREFIX[scenario], key: scenario !== 'fencing', token: scenario !== 'idempotency' })
 
-/** far above any token the run sends (tokenSeq), below the largest fencegate accepts (2^63 - 1) */
+/** far above any token the run sends (nextToken), below the largest fencegate accepts (2^63 - 1) */
 const STALE_HIGH = '9000000000000000000'
 
 /**
@@ -302,7 +273,7 @@ function staleRequests(paths: string[]): Pick<autocannon.Options, 'setupClient'>
         body: BODY,
         setupRequest: (req) => ({
           ...req,
-          headers: { ...BASE_HEADERS, 'idempotency-key': `k-${runTag}-${++keySeq}`, 'fencing-token': String(++tokenSeq) },
+          headers: { ...BASE_HEADERS, 'idempotency-key': nextKey(), 'fencing-token': nextToken() },
         }),
       }])
     },
@@ -317,11 +288,11 @@ async function primeStale(url: string): Promise<string[]> {
   const batch = ++staleSeq
   const paths = Array.from({ length: CONNECTIONS }, (_, i) => `/${ROUTE_PREFIX.stale}/stale-${runTag}-${batch}-${i}/transfers`)
   await Promise.all(paths.map(async (path) => {
-    const r = await fetch(url + path, { method: 'POST', headers: { ...BASE_HEADERS, 'idempotency-key': `k-${runTag}-${++keySeq}`, 'fencing-token': STALE_HIGH }, body: BODY })
+    const r = await fetch(url + path, { method: 'POST', headers: { ...BASE_HEADERS, 'idempotency-key': nextKey(), 'fencing-token': STALE_HIGH }, body: BODY })
     const text = await r.text()
     if (r.status !== 201) throw new Error(`stale: priming ${path} answered ${r.status}: ${text}`)
   }))
-  const r = await fetch(url + paths[0], { method: 'POST', headers: { ...BASE_HEADERS, 'idempotency-key': `k-${runTag}-${++keySeq}`, 'fencing-token': String(++tokenSeq) }, body: BODY })
+  const r = await fetch(url + paths[0], { method: 'POST', headers: { ...BASE_HEADERS, 'idempotency-key': nextKey(), 'fencing-token': nextToken() }, body: BODY })
   const text = await r.text()
   if (r.status !== 412 || !text.includes('stale-fencing-token')) throw new Error(`stale: a lower token answered ${r.status}, expected 412 stale-fencing-token: ${text}`)
   return paths
@@ -340,7 +311,7 @@ function replayRequests(headers: Record<string, string>, path: string): Pick<aut
 /** The first call of a replay run: stored (201), then a second one must come back replayed. */
 async function primeReplay(url: string): Promise<{ headers: Record<string, string>; path: string }> {
   const path = `/accounts/replay-${runTag}/transfers`
-  const headers = { ...BASE_HEADERS, 'idempotency-key': `replay-${runTag}-${++keySeq}`, 'fencing-token': String(++tokenSeq) }
+  const headers = { ...BASE_HEADERS, 'idempotency-key': nextKey('replay'), 'fencing-token': nextToken() }
   const first = await fetch(url + path, { method: 'POST', headers, body: BODY })
   const firstBody = await first.text()
   if (first.status !== 201) throw new Error(`replay: first call answered ${first.status}: ${firstBody}`)
@@ -383,7 +354,7 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
   } else if (t.scenario === 'stale') {
     shape = staleRequests(await primeStale(t.url))
   } else {
-    shape = uniqueRequests(t.scenario)
+    shape = scenarioRequests(t.scenario)
   }
   const before = await metrics(t.gateway)
   const cpu0 = {
