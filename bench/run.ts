@@ -1,7 +1,8 @@
 /**
  * fencegate's benchmark harness: one run measures the bare upstream, the floor (a bare
- * node:http + undici proxy, bench/floor-proxy.ts), @fastify/http-proxy (bench/fastify-proxy.ts,
- * an anchor) and fencegate with each store, each in its own process, and prints the median of
+ * node:http + undici proxy, bench/floor-proxy.ts), the floor's handler inside Hono
+ * (bench/hono-floor.ts, what fencegate's framework costs), @fastify/http-proxy
+ * (bench/fastify-proxy.ts, an anchor) and fencegate with each store, each in its own process, and prints the median of
  * BENCH_ROUNDS rounds per target.
  *
  *   npm run bench                                   (build, then node dist/bench/run.js)
@@ -14,7 +15,7 @@
  *   BENCH_CONNECTIONS  concurrent connections (50)
  *   BENCH_UPSTREAM     nginx | node: force the upstream (default nginx when on PATH, else node)
  *   BENCH_FLOOR        pipe | pipeline: how the floor streams the answer back (pipe, the leaner)
- *   BENCH_ONLY         comma list of targets to run: upstream, floor, fastify, memory, sqlite,
+ *   BENCH_ONLY         comma list of targets to run: upstream, floor, hono, fastify, memory, sqlite,
  *                      sqlite-w2 (sqlite store, --workers 2), redis, postgres, traced (memory
  *                      store with every span exported over OTLP), or one scenario of a gateway:
  *                      memory:unique, sqlite:replay, redis:stale… (all)
@@ -22,7 +23,7 @@
  *                      and sqlite, unique for sqlite-w2, unique and replay for the others)
  *   BENCH_REDIS_URL / BENCH_POSTGRES_URL   the shared stores (local defaults); each run uses
  *                      its own key prefix / schema and removes it at the end
- *   BENCH_CPU_PROF     a folder: run the gateways, the floor and fastify under `node --cpu-prof`, profiles there
+ *   BENCH_CPU_PROF     a folder: run the gateways, the floor, hono and fastify under `node --cpu-prof`, profiles there
  *   BENCH_KEEP         1: keep the temp folder (configs, logs, sqlite file) and print its path
  *
  * Scenarios (POST, small JSON body, 50 connections, no pipelining), each on its own route of the
@@ -35,7 +36,7 @@
  *                every request is answered 412 stale-fencing-token, nothing reaches the upstream
  *   fencing      a route with fencing only: unique, increasing tokens per connection — forwarded
  *   idempotency  a route with idempotency only: a new key every request — stored, forwarded
- * The bare upstream, the floor and fastify get the `unique` request stream (they ignore the headers).
+ * The bare upstream, the floor, hono and fastify get the `unique` request stream (they ignore the headers).
  */
 import autocannon from 'autocannon'
 import { spawnSync } from 'node:child_process'
@@ -166,6 +167,12 @@ async function startFloor(upstream: string): Promise<{ url: string; child: Child
   return { url: await waitLine(child, /^listening (\S+)/), child }
 }
 
+/** The hono anchor (hono-floor.ts): the floor's work as one Hono handler on @hono/node-server. */
+async function startHono(upstream: string): Promise<{ url: string; child: Child }> {
+  const child = start('hono', process.execPath, [...profileArgs('hono'), join(HERE, 'hono-floor.js'), upstream, '0'])
+  return { url: await waitLine(child, /^listening (\S+)/), child }
+}
+
 /** The fastify anchor (fastify-proxy.ts): @fastify/http-proxy, pooled like the floor. */
 async function startFastify(upstream: string): Promise<{ url: string; child: Child }> {
   const child = start('fastify', process.execPath, [...profileArgs('fastify'), join(HERE, 'fastify-proxy.js'), upstream, '0'])
@@ -234,7 +241,7 @@ async function cleanStores(): Promise<void> {
 
 // ------------------------------------------------------------------------------ scenarios
 
-type TargetName = 'upstream' | 'floor' | 'fastify' | GatewayName
+type TargetName = 'upstream' | 'floor' | 'hono' | 'fastify' | GatewayName
 
 interface Target {
   name: TargetName
@@ -459,6 +466,7 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
 const LABEL: Record<TargetName, string> = {
   upstream: 'upstream (bare)',
   floor: 'floor (node+undici)',
+  hono: 'hono (floor in hono)',
   fastify: 'fastify http-proxy',
   memory: 'fencegate memory',
   sqlite: 'fencegate sqlite',
@@ -467,7 +475,7 @@ const LABEL: Record<TargetName, string> = {
   postgres: 'fencegate postgres',
   traced: 'fencegate memory+traces',
 }
-const TARGETS_WANTED: TargetName[] = ['upstream', 'floor', 'fastify', ...GATEWAYS]
+const TARGETS_WANTED: TargetName[] = ['upstream', 'floor', 'hono', 'fastify', ...GATEWAYS]
 /**
  * The performance issue's goals, as ratios of the floor's figures: each store's req/s in `unique`
  * (sqlite-w2 is the sqlite store), every replay's req/s, and every scenario's p99 (at most).
@@ -511,6 +519,10 @@ async function main(): Promise<void> {
   if (wanted.includes('floor')) {
     const floor = await startFloor(upstream.url)
     targets.push({ name: 'floor', scenario: 'unique', url: floor.url, child: floor.child })
+  }
+  if (wanted.includes('hono')) {
+    const hono = await startHono(upstream.url)
+    targets.push({ name: 'hono', scenario: 'unique', url: hono.url, child: hono.child })
   }
   if (wanted.includes('fastify')) {
     const fastify = await startFastify(upstream.url)
@@ -582,7 +594,7 @@ async function main(): Promise<void> {
   const right = [false, false, true, true, true, true, true, false, false]
   const body = withRatio.map((r) => [
     r.label,
-    r.target === 'upstream' ? 'direct' : r.target === 'floor' || r.target === 'fastify' ? 'proxy' : r.scenario,
+    r.target === 'upstream' ? 'direct' : r.target === 'floor' || r.target === 'hono' || r.target === 'fastify' ? 'proxy' : r.scenario,
     String(r.rps),
     String(r.p50),
     String(r.p99),
@@ -621,6 +633,7 @@ async function main(): Promise<void> {
       body: BODY,
       upstream: { kind: upstream.kind, version: upstream.version },
       floor: `node:http + undici Pool, answer streamed with ${FLOOR_MODE === 'pipe' ? '.pipe()' : 'stream/promises pipeline()'}`,
+      hono: wanted.includes('hono') ? `the floor's handler in hono ${packageVersion('hono')} on @hono/node-server ${packageVersion('@hono/node-server')}` : undefined,
       fastify: wanted.includes('fastify') ? `@fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, fastify ${packageVersion('fastify')}` : undefined,
       workers: WORKERS,
       goals: { uniqueReqPerSecToFloor: TARGET_GOAL, replayReqPerSecToFloor: REPLAY_GOAL, p99ToFloorAtMost: P99_GOAL },
