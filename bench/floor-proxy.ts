@@ -13,9 +13,9 @@
  * died) or on SIGTERM/SIGINT.
  */
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { pipeline } from 'node:stream/promises'
 import { Pool, type Dispatcher } from 'undici'
+import { requestHeaders, responseHeaders, serve } from './anchor.js'
 
 const upstreamUrl = process.argv[2]
 if (!upstreamUrl) {
@@ -30,26 +30,6 @@ if (mode !== 'pipe' && mode !== 'pipeline') {
 const upstream = new URL(upstreamUrl)
 const pool = new Pool(upstream.origin, { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 })
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host'])
-
-function requestHeaders(raw: string[]): string[] {
-  const out: string[] = []
-  for (let i = 0; i < raw.length; i += 2) {
-    if (!HOP_BY_HOP.has(raw[i].toLowerCase())) out.push(raw[i], raw[i + 1])
-  }
-  out.push('host', upstream.host)
-  return out
-}
-
-function responseHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {}
-  for (const name in headers) {
-    const v = headers[name]
-    if (v !== undefined && !HOP_BY_HOP.has(name)) out[name] = v
-  }
-  return out
-}
-
 const server = http.createServer(async (req, res) => {
   const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
   let up: Dispatcher.ResponseData
@@ -57,7 +37,7 @@ const server = http.createServer(async (req, res) => {
     up = await pool.request({
       path: req.url ?? '/',
       method: req.method as Dispatcher.HttpMethod,
-      headers: requestHeaders(req.rawHeaders),
+      headers: requestHeaders(req.rawHeaders, upstream.host),
       body: hasBody ? req : null,
     })
   } catch (e) {
@@ -83,17 +63,4 @@ const server = http.createServer(async (req, res) => {
   res.once('close', () => { if (!res.writableFinished) body.destroy() })
   body.pipe(res)
 })
-server.keepAliveTimeout = 10_000
-
-server.listen(Number(process.argv[3] ?? 0), '127.0.0.1', () => {
-  const { port } = server.address() as AddressInfo
-  process.stdout.write(`listening http://127.0.0.1:${port}\n`)
-})
-
-const stop = () => {
-  server.closeAllConnections()
-  server.close(() => { pool.close().finally(() => process.exit(0)) })
-}
-process.once('SIGTERM', stop)
-process.once('SIGINT', stop)
-process.stdin.on('end', stop).on('error', stop).resume()
+serve(server, pool, Number(process.argv[3] ?? 0))
