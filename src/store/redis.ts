@@ -188,8 +188,10 @@ interface ScriptCommands {
   fgResolve(key: string, ...args: string[]): Promise<string[]>
 }
 
+const KEY_SPECIAL = /[%{}:]/
 /** Percent-encodes the characters that would end a hash tag or blur the parts of a key. */
-const part = (s: string): string => s.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+const part = (s: string): string =>
+  KEY_SPECIAL.test(s) ? s.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : s // most parts have none: no copy
 
 const REASONS = new Set<UnknownReason>(['timeout', 'reset', 'client_abort', 'crash'])
 const asReason = (b: Buffer | undefined): UnknownReason => {
