@@ -12,7 +12,8 @@
  * The requests are run.ts's `unique` stream on one connection, one at a time, so each request is
  * handled alone and the count does not depend on how requests happen to batch; 500 warm-up
  * requests (not counted) come first. REQUESTS defaults to 1000 (about a minute under valgrind).
- * BENCH_ROUTE=plain measures a route with neither check (request body streamed, not stored).
+ * BENCH_ROUTE picks the route's checks: `both` (default), `fencing`, `idempotency`, or `plain` (neither:
+ * the request body is streamed, nothing stored); the requests carry only the headers it checks.
  *
  * Needs valgrind (Debian: `apt-get install valgrind`).
  */
@@ -25,15 +26,23 @@ import { BenchError, HERE, benchRoute, freePort, runMain, start, startUpstream, 
 const target = process.argv[2] ?? 'memory'
 const requests = Number(process.argv[3] ?? 1000)
 const WARMUP = 500
-const plain = process.env.BENCH_ROUTE === 'plain'
+const ROUTE = process.env.BENCH_ROUTE ?? 'both'
+const CHECKS: Record<string, { fencing: boolean; idempotency: boolean }> = {
+  both: { fencing: true, idempotency: true },
+  fencing: { fencing: true, idempotency: false },
+  idempotency: { fencing: false, idempotency: true },
+  plain: { fencing: false, idempotency: false },
+}
+const checks = CHECKS[ROUTE]
 
 /** Sends `amount` requests on one connection, one after the other; throws on any non-2xx answer. */
 async function serial(url: string, amount: number): Promise<void> {
-  const r = await autocannon({ url, connections: 1, amount, timeout: 60, ...uniqueRequests(plain ? { key: false, token: false } : {}) })
+  const r = await autocannon({ url, connections: 1, amount, timeout: 60, ...uniqueRequests({ key: checks.idempotency, token: checks.fencing }) })
   if (r.non2xx || r.errors || r.timeouts) throw new BenchError(`${target}: ${r.non2xx} non-2xx answers, ${r.errors} errors, ${r.timeouts} timeouts`)
 }
 
 await runMain('instructions', async () => {
+  if (!checks) throw new BenchError(`BENCH_ROUTE must be one of ${Object.keys(CHECKS).join(', ')}, got "${ROUTE}"`)
   if (!Number.isInteger(requests) || requests < 1) throw new BenchError(`REQUESTS must be a positive integer, got "${process.argv[3]}"`)
   if (spawnSync('valgrind', ['--version']).status !== 0) throw new BenchError('valgrind is not on PATH (Debian: apt-get install valgrind)')
   const upstream = await startUpstream()
@@ -49,7 +58,7 @@ await runMain('instructions', async () => {
     const cli = target === 'memory' || target === 'sqlite' ? join(HERE, '../src/cli.js') : resolve(target, 'src/cli.js')
     const store = target === 'sqlite' ? `  kind: sqlite\n  path: ${join(tmp(), 'store.db')}` : '  kind: memory'
     const adminPort = await freePort()
-    const config = writeGatewayConfig('instructions', store, upstream.url, { port, adminPort }, benchRoute('bench', 'accounts', upstream.url, plain ? {} : undefined))
+    const config = writeGatewayConfig('instructions', store, upstream.url, { port, adminPort }, benchRoute('bench', 'accounts', upstream.url, checks))
     args = [cli, '--config', config]
     ready = (child) => waitHttp(`http://127.0.0.1:${adminPort}/readyz`, child, 200, 180_000)
   }
@@ -71,5 +80,5 @@ await runMain('instructions', async () => {
   const text = readFileSync(join(dir, dumps[0] ?? 'callgrind.out'), 'utf8')
   const total = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1])
   if (!Number.isFinite(total)) throw new BenchError(`no instruction total in ${dumps[0]}`)
-  process.stdout.write(`${target}${plain ? ' (plain route)' : ''}: ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
+  process.stdout.write(`${target} (${ROUTE}): ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
 })
