@@ -1,6 +1,6 @@
 /**
  * Instructions per request of one proxy, counted by valgrind's callgrind: a figure that repeats
- * to within ~0.5 % from run to run on a shared VM whose req/s and CPU-seconds per request swing by
+ * to within ~0.5 % from run to run (0.2 % between two runs of one build) on a shared VM whose req/s and CPU-seconds per request swing by
  * 20 % or more between two runs of the same build. For A/B decisions on small changes; it counts
  * user-space instructions only (no syscalls, no cache misses), so it complements `run.ts`, it does
  * not replace it.
@@ -33,7 +33,8 @@ const CHECKS: Record<string, { fencing: boolean; idempotency: boolean }> = {
   idempotency: { fencing: false, idempotency: true },
   plain: { fencing: false, idempotency: false },
 }
-const checks = CHECKS[ROUTE]
+const known = Object.hasOwn(CHECKS, ROUTE)
+const checks = known ? CHECKS[ROUTE] : CHECKS.both
 
 /** Sends `amount` requests on one connection, one after the other; throws on any non-2xx answer. */
 async function serial(url: string, amount: number): Promise<void> {
@@ -42,7 +43,7 @@ async function serial(url: string, amount: number): Promise<void> {
 }
 
 await runMain('instructions', async () => {
-  if (!checks) throw new BenchError(`BENCH_ROUTE must be one of ${Object.keys(CHECKS).join(', ')}, got "${ROUTE}"`)
+  if (!known) throw new BenchError(`BENCH_ROUTE must be one of ${Object.keys(CHECKS).join(', ')}, got "${ROUTE}"`)
   if (!Number.isInteger(requests) || requests < 1) throw new BenchError(`REQUESTS must be a positive integer, got "${process.argv[3]}"`)
   if (spawnSync('valgrind', ['--version']).status !== 0) throw new BenchError('valgrind is not on PATH (Debian: apt-get install valgrind)')
   const upstream = await startUpstream()
@@ -77,7 +78,9 @@ await runMain('instructions', async () => {
   // the dump written by -d: <out>.<n>
   const dir = join(out, '..')
   const dumps = readdirSync(dir).filter((f) => f.startsWith('callgrind.out.')).sort()
-  const text = readFileSync(join(dir, dumps[0] ?? 'callgrind.out'), 'utf8')
+  // callgrind.out itself holds what ran after the dump (shut-down): never the figure
+  if (!dumps.length) throw new BenchError(`callgrind wrote no dump for callgrind_control -d in ${dir}`)
+  const text = readFileSync(join(dir, dumps[0]), 'utf8')
   const total = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1])
   if (!Number.isFinite(total)) throw new BenchError(`no instruction total in ${dumps[0]}`)
   process.stdout.write(`${target} (${ROUTE}): ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
