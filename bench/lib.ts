@@ -493,15 +493,16 @@ export const nextToken = () => String(++tokenSeq)
 
 /**
  * bench/run.ts's `unique` stream: each connection (autocannon client) writes its own account
- * under `/<prefix>/`; each request gets the next token and a new key (either left out with
- * `key: false` / `token: false`, for routes with one check). A connection has one request in
- * flight, so its tokens arrive in order. Every request is forwarded (and stored, with a key).
+ * under `/<prefix>/`, or the next of `paths` in turn when given; each request gets the next token
+ * and a new key (either left out with `key: false` / `token: false`, for routes with one check).
+ * A connection has one request in flight, so its tokens arrive in order.
  */
-export function uniqueRequests(options: { prefix?: string; key?: boolean; token?: boolean } = {}): Pick<autocannon.Options, 'setupClient'> {
-  const { prefix = 'accounts', key = true, token = true } = options
+export function uniqueRequests(options: { prefix?: string; key?: boolean; token?: boolean; paths?: readonly string[] } = {}): Pick<autocannon.Options, 'setupClient'> {
+  const { prefix = 'accounts', key = true, token = true, paths } = options
+  let n = 0
   return {
     setupClient(client) {
-      const path = `/${prefix}/acct-${runTag}-${++connSeq}/transfers`
+      const path = paths ? paths[n++ % paths.length] : `/${prefix}/acct-${runTag}-${++connSeq}/transfers`
       client.setRequests([{
         method: 'POST',
         path,
@@ -514,6 +515,13 @@ export function uniqueRequests(options: { prefix?: string; key?: boolean; token?
     },
   }
 }
+
+/** The autocannon options every bench load shares: `POST` of BODY with BASE_HEADERS, no pipelining. */
+export const postLoad = (url: string, connections: number) =>
+  ({ url, connections, pipelining: 1, method: 'POST', body: BODY, headers: BASE_HEADERS }) satisfies autocannon.Options
+
+/** What every results file starts with: when, which revision, on what machine. */
+export const resultHeader = () => ({ date: new Date().toISOString(), revision: gitRevision(), machine: machine() })
 
 /** What a run's request-level checks found wrong: non-2xx answers, connection errors, timeouts. */
 export function requestProblems(result: autocannon.Result): string[] {

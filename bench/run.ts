@@ -47,7 +47,7 @@ import { join, resolve } from 'node:path'
 import {
   BenchError, settingErrors, envNumber, HERE, ROOT, CLI, BODY, BASE_HEADERS, REDIS_URL, POSTGRES_URL,
   type Child, tmp, running, tail, start, waitLine, freePort, waitHttp, liveChildren, onCleanup, runMain,
-  cpuSeconds, machineBusySeconds, benchSeconds, foreignMeter, metricSum, scrape, gitRevision, pad, writeResult, today, benchRoute, writeGatewayConfig,
+  cpuSeconds, machineBusySeconds, benchSeconds, foreignMeter, metricSum, scrape, pad, writeResult, resultHeader, postLoad, today, benchRoute, writeGatewayConfig,
   dropSchema, deleteRedisPrefix, runTag, nextKey, nextToken, uniqueRequests,
 } from './lib.js'
 
@@ -265,31 +265,10 @@ const scenarioRequests = (scenario: 'unique' | 'fencing' | 'idempotency') =>
 const STALE_HIGH = '9000000000000000000'
 
 /**
- * `stale`: each connection writes one of `paths`, whose high-water mark primeStale() set to
- * STALE_HIGH; every request gets a new key and the next token, still lower, so fencing answers
- * 412 before the idempotency claim and the upstream. The warm-up's clients reuse the same paths.
- */
-function staleRequests(paths: string[]): Pick<autocannon.Options, 'setupClient'> {
-  let n = 0
-  return {
-    setupClient(client) {
-      const path = paths[n++ % paths.length]
-      client.setRequests([{
-        method: 'POST',
-        path,
-        body: BODY,
-        setupRequest: (req) => ({
-          ...req,
-          headers: { ...BASE_HEADERS, 'idempotency-key': nextKey(), 'fencing-token': nextToken() },
-        }),
-      }])
-    },
-  }
-}
-
-/**
  * Before a stale run: one account per connection, each written once with STALE_HIGH (201), then
- * one lower token must come back 412 stale-fencing-token. New accounts every run.
+ * one lower token must come back 412 stale-fencing-token. New accounts every run. The run then
+ * sends `uniqueRequests({ paths })` to them: new keys and the next tokens, all still lower, so
+ * fencing answers 412 before the idempotency claim and the upstream (the warm-up reuses them).
  */
 async function primeStale(url: string): Promise<string[]> {
   const batch = ++staleSeq
@@ -359,7 +338,7 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
     const { headers, path } = await primeReplay(t.url)
     shape = replayRequests(headers, path)
   } else if (t.scenario === 'stale') {
-    shape = staleRequests(await primeStale(t.url))
+    shape = uniqueRequests({ paths: await primeStale(t.url) })
   } else {
     shape = scenarioRequests(t.scenario)
   }
@@ -373,13 +352,8 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
     at: performance.now(),
   }
   const result = await autocannon({
-    url: t.url,
-    connections: CONNECTIONS,
-    pipelining: 1,
+    ...postLoad(t.url, CONNECTIONS),
     duration: SECONDS,
-    method: 'POST',
-    body: BODY,
-    headers: BASE_HEADERS,
     ...(WARMUP > 0 ? { warmup: { connections: CONNECTIONS, duration: WARMUP } } : {}),
     ...shape,
   })
@@ -610,19 +584,10 @@ async function main(): Promise<void> {
 
   // a partial, profiled or re-scoped run must not replace the day's full figures
   const partial = ONLY !== undefined || CPU_PROF !== undefined || SCENARIOS_SET !== undefined
-  const now = new Date()
-  const date = today(now)
+  const date = today()
   const report = {
-    date: now.toISOString(),
-    revision: gitRevision(),
+    ...resultHeader(),
     partial: partial ? { only: ONLY ? [...ONLY] : undefined, scenarios: SCENARIOS_SET, cpuProfiled: CPU_PROF !== undefined } : undefined,
-    machine: {
-      cpuModel: cpus[0]?.model,
-      cpus: cpus.length,
-      node: process.version,
-      platform: `${os.platform()} ${os.release()} ${os.arch()}`,
-      memoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
-    },
     settings: {
       seconds: SECONDS,
       rounds: ROUNDS,

@@ -39,8 +39,8 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import {
   BASE_HEADERS, BODY, BenchError, CLI, POSTGRES_URL, REDIS_URL, type Gateway, type StoreKind, cpuSeconds, deleteRedisPrefix, dropSchema,
-  envNumber, foreignMeter, freePort, gitRevision, isStoreKind, machine, metricSum, migrate, onCleanup, requestProblems, runMain, runTag,
-  scrape, settingErrors, startGateway, startUpstream, stopChild, table, tmp, today, uniqueRequests, writeGatewayConfig, writeResult,
+  envNumber, foreignMeter, freePort, isStoreKind, machine, metricSum, migrate, onCleanup, requestProblems, runMain, runTag,
+  scrape, settingErrors, startGateway, startUpstream, stopChild, table, tmp, today, uniqueRequests, writeGatewayConfig, writeResult, postLoad, resultHeader,
 } from './lib.js'
 
 // ---------------------------------------------------------------------------------- settings
@@ -224,13 +224,8 @@ async function prefillRedis(s: Instance): Promise<void> {
 async function prefillMemory(s: Instance, g: Gateway): Promise<void> {
   let i = 0
   const result = await autocannon({
-    url: g.url,
-    connections: CONNECTIONS,
-    pipelining: 1,
+    ...postLoad(g.url, CONNECTIONS),
     amount: s.size,
-    method: 'POST',
-    body: BODY,
-    headers: BASE_HEADERS,
     requests: [{
       setupRequest: (req) => {
         const n = ++i
@@ -340,11 +335,11 @@ async function measureOnce(kind: StoreKind, size: number, upstream: string, timi
     const prefillSeconds = Math.round((performance.now() - t0) / 100) / 10
     await probe(s, g)
 
-    if (WARMUP > 0) await autocannon({ url: g.url, connections: CONNECTIONS, pipelining: 1, duration: WARMUP, method: 'POST', body: BODY, headers: BASE_HEADERS, ...uniqueRequests() })
+    if (WARMUP > 0) await autocannon({ ...postLoad(g.url, CONNECTIONS), duration: WARMUP, ...uniqueRequests() })
     const before = await scrape(g.adminUrl)
     const foreign = foreignMeter()
     const cpu0 = cpuSeconds(g.child.proc.pid), t1 = performance.now()
-    const result = await autocannon({ url: g.url, connections: CONNECTIONS, pipelining: 1, duration: SECONDS, method: 'POST', body: BODY, headers: BASE_HEADERS, ...uniqueRequests() })
+    const result = await autocannon({ ...postLoad(g.url, CONNECTIONS), duration: SECONDS, ...uniqueRequests() })
     const wall = (performance.now() - t1) / 1000
     const cpu1 = cpuSeconds(g.child.proc.pid)
     const other = foreign()
@@ -437,9 +432,7 @@ async function main(): Promise<void> {
   process.stdout.write(`${table(head, body, head.map((_, i) => i > 0))}\n`)
 
   const file = writeResult(`${today()}-scale`, {
-    date: new Date().toISOString(),
-    revision: gitRevision(),
-    machine: m,
+    ...resultHeader(),
     settings: {
       stores: STORES,
       sizes: SIZES,

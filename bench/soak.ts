@@ -25,9 +25,9 @@ import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import {
-  BASE_HEADERS, BODY, BenchError, CLI, MiB, POSTGRES_URL, REDIS_URL, type StoreKind, deleteRedisPrefix, dropSchema, envNumber, freePort,
-  gitRevision, isStoreKind, machine, metricSum, onCleanup, requestProblems, rssBytes, runMain, running, scrape, settingErrors, startGateway,
-  startUpstream, table, tmp, today, uniqueRequests, writeGatewayConfig, writeResult,
+  BODY, BenchError, CLI, MiB, POSTGRES_URL, REDIS_URL, type StoreKind, deleteRedisPrefix, dropSchema, envNumber, freePort,
+  isStoreKind, machine, metricSum, onCleanup, requestProblems, rssBytes, runMain, running, scrape, settingErrors, startGateway,
+  startUpstream, table, tmp, today, uniqueRequests, writeGatewayConfig, writeResult, postLoad, resultHeader,
 } from './lib.js'
 
 const SECONDS = envNumber('SOAK_SECONDS', 600, 10)
@@ -105,13 +105,8 @@ async function main(): Promise<void> {
 
   const samples: Sample[] = [await sample(0)]
   const options: autocannon.Options & { overallRate?: number } = {
-    url: g.url,
-    connections: CONNECTIONS,
-    pipelining: 1,
+    ...postLoad(g.url, CONNECTIONS),
     duration: SECONDS,
-    method: 'POST',
-    body: BODY,
-    headers: BASE_HEADERS,
     ...(RATE ? { overallRate: RATE } : {}),
     ...uniqueRequests(),
   }
@@ -152,9 +147,7 @@ async function main(): Promise<void> {
   process.stdout.write(`\nverdict: RSS ${growth === undefined ? '?' : `${growth >= 0 ? '+' : ''}${growth} MiB (${growthPct! >= 0 ? '+' : ''}${growthPct} %)`} from t=${from.t}s to t=${to.t}s, heap used ${heapGrowth === undefined ? '?' : `${heapGrowth >= 0 ? '+' : ''}${heapGrowth} MiB`}: ${flat === undefined ? 'unknown' : flat ? `flat (≤ ${TOLERANCE} %)` : `GREW (> ${TOLERANCE} %)`}\n`)
 
   const file = writeResult(`${today()}-soak`, {
-    date: new Date().toISOString(),
-    revision: gitRevision(),
-    machine: m,
+    ...resultHeader(),
     settings: {
       store: STORE,
       memoryMaxRecords: STORE === 'memory' ? MAX_RECORDS : undefined,
