@@ -310,6 +310,16 @@ const quoted = (schema: string): string => {
 }
 
 /** A pool that never lets a dropped connection crash the process. */
+/**
+ * Whether PostgreSQL answered a batch with an error, so its one statement rolled back and each
+ * call may be made again alone: a SQLSTATE outside class 08 (connection exception) and 57P
+ * (shutdown, crash). A connection lost without an answer may have committed the batch.
+ */
+function refusedAndRolledBack(e: unknown): boolean {
+  const code = (e as { code?: unknown } | undefined)?.code
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !code.startsWith('08') && !code.startsWith('57P')
+}
+
 function createPool(o: Required<Pick<PostgresStoreOptions, 'url' | 'pool' | 'statementTimeoutMs' | 'connectTimeoutMs'>>, onError: (e: Error) => void): pg.Pool {
   const pool = new pg.Pool({
     connectionString: o.url,
@@ -386,7 +396,7 @@ export class PostgresStore implements Store {
     this.audit = { append: (batch) => this.#auditAppend(batch), query: (since, until, route) => this.#auditQuery(since, until, route) }
     // a batch per operation and event-loop turn; a quarter of the pool each at most (audit and
     // markers need connections too)
-    const batches = { maxInFlight: Math.max(1, Math.floor(pool / 4)) }
+    const batches = { maxInFlight: Math.max(1, Math.floor(pool / 4)), isolate: refusedAndRolledBack }
     this.#fence = batcher((calls) => this.#fenceBatch(calls), batches)
     this.#claim = batcher((calls) => this.#claimBatch(calls), batches)
     this.#admit = batcher((calls) => this.#admitBatch(calls), batches)
@@ -526,19 +536,22 @@ export class PostgresStore implements Store {
   }
 
   async #settleBatch(calls: readonly SettleCall[]): Promise<void[]> {
-    const done = (c: SettleCall) => c.done
+    const cols: unknown[][] = Array.from({ length: 10 }, () => [])
+    for (const c of calls) {
+      const d = c.done
+      const row = [
+        c.key.route, c.key.scope, c.key.key, c.claimId, d?.kind ?? null, c.expiresAt ?? 0,
+        d?.kind === 'completed' ? d.response.status : d?.kind === 'not_stored' ? d.status : null,
+        d?.kind === 'completed' ? JSON.stringify(d.response.headers) : null,
+        d?.kind === 'completed' ? d.response.body : null,
+        d?.kind === 'unknown' ? d.reason : null,
+      ]
+      row.forEach((v, i) => cols[i].push(v))
+    }
     await this.#pool.query({
       name: 'fg_settle_many',
       text: `SELECT ${this.#s}.fg_settle_many_v1($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[])`,
-      values: [
-        calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key), calls.map((c) => c.claimId),
-        calls.map((c) => done(c)?.kind ?? null),
-        calls.map((c) => c.expiresAt ?? 0),
-        calls.map((c) => { const d = done(c); return d?.kind === 'completed' ? d.response.status : d?.kind === 'not_stored' ? d.status : null }),
-        calls.map((c) => { const d = done(c); return d?.kind === 'completed' ? JSON.stringify(d.response.headers) : null }),
-        calls.map((c) => { const d = done(c); return d?.kind === 'completed' ? d.response.body : null }),
-        calls.map((c) => { const d = done(c); return d?.kind === 'unknown' ? d.reason : null }),
-      ],
+      values: cols,
     })
     return calls.map(() => undefined)
   }
