@@ -13,7 +13,7 @@ import type { Exchange, GatewayEnv } from '../context.js'
 import { sha256hex, type CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
-import { admitOf, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse } from '../store/types.js'
+import type { ClaimRequest, ClaimResult, RecordKey, Store, StoredResponse } from '../store/types.js'
 import { settleFence } from '../fencing/index.js'
 import { Problem } from '../problems.js'
 import { storeProblem } from '../store/problem.js'
@@ -40,7 +40,6 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
   const maxBody = route.config.maxRequestBytes
   const waitMs = route.config.upstream.timeout
   const count = (result: string) => metrics.idempotency.inc({ route: route.name, result })
-  const admit = admitOf(store)
 
   // `count` counts a result and notes it on the request (c.var idempotencyResult, for traces)
   const exchange = (key: RecordKey, claimId: string, count: (result: string) => void): Exchange => ({
@@ -131,7 +130,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
       if (check && !check.settled) {
         let admitted
         try {
-          admitted = await admit(check, recordKey, claimRequest, Date.now())
+          admitted = await store.admit(check, recordKey, claimRequest, Date.now())
         } catch (e) {
           throw storeProblem(e)
         }

@@ -10,7 +10,7 @@ import { MemoryStore } from './memory.js'
 import { SqliteStore } from './sqlite.js'
 import { RedisStore } from './redis.js'
 import { PostgresStore, migratePostgres } from './postgres.js'
-import { StoreError, type Store } from './types.js'
+import { StoreError, type RecordKey, type Store } from './types.js'
 
 export { StoreError, type Store } from './types.js'
 
@@ -88,29 +88,23 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
       metrics.storeDuration.observe({ store: kind, op }, (performance.now() - started) / 1000)
     }
   }
+  /**
+   * `call(op, attempt)` for an operation that may claim a key. The request fails closed when the
+   * call fails or times out, but a slow store may still apply the claim afterwards: it is then
+   * given back, or the key would read as in flight and then as an unknown outcome.
+   */
+  const givingBack = <T>(op: string, attempt: Promise<T>, claimed: (r: T) => boolean, key: RecordKey, claimId: string): Promise<T> =>
+    call(op, () => attempt).catch((e) => {
+      attempt.then((r) => { if (claimed(r)) return inner.release(key, claimId) }).catch(() => {})
+      throw e
+    })
   return {
     kind,
     inProcess: inner.inProcess,
     fence: (resource, token) => call('fence', () => inner.fence(resource, token)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
-    claim: (key, req, now) => {
-      const attempt = inner.claim(key, req, now)
-      return call('claim', () => attempt).catch((e) => {
-        // The request failed closed, but a slow store may still apply the claim afterwards:
-        // give it back, or the key would read as in flight and then as an unknown outcome.
-        attempt.then((r) => { if (r.kind === 'claimed') return inner.release(key, req.claimId) }).catch(() => {})
-        throw e
-      })
-    },
-    // without admit in the store, idempotency makes fence and claim in turn (admitOf)
-    admit: inner.admit && ((fence, key, req, now) => {
-      const attempt = inner.admit!(fence, key, req, now)
-      return call('admit', () => attempt).catch((e) => {
-        // as for claim: a claim the slow store still makes is given back
-        attempt.then((r) => { if (r.claim?.kind === 'claimed') return inner.release(key, req.claimId) }).catch(() => {})
-        throw e
-      })
-    }),
+    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r.kind === 'claimed', key, req.claimId),
+    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim?.kind === 'claimed', key, req.claimId),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),

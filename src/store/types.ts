@@ -133,9 +133,8 @@ export interface Store {
    * `fence`, and — only when it accepts — `claim`, as one call: one round trip where the store
    * allows it (postgres: one function; memory and sqlite: one atomic section). A stale token
    * leaves the key untouched, as when the two calls are made one after the other.
-   * Optional: `guardStore` makes the two calls in turn for a store without it.
    */
-  admit?(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult>
+  admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult>
   /** Read the high-water mark of a resource, or undefined when none was accepted yet. */
   highest(resource: string): Promise<bigint | undefined>
   /**
@@ -177,15 +176,6 @@ export interface Store {
   ping(): Promise<void>
   /** Flush and close connections or files; further calls reject. */
   close(): Promise<void>
-}
-
-/** `store.admit`, or for a store without it, `fence` and then (when accepted) `claim`. */
-export function admitOf(store: Store): NonNullable<Store['admit']> {
-  if (store.admit) return store.admit.bind(store)
-  return async (fence, key, req, now) => {
-    const result = await store.fence(fence.resource, fence.token)
-    return result.accepted ? { fence: result, claim: await store.claim(key, req, now) } : { fence: result }
-  }
 }
 
 /** See `Store.markers`. */

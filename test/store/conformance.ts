@@ -12,7 +12,7 @@
  */
 import { afterEach, describe, expect, test } from 'vitest'
 import type { AuditEntry } from '../../src/audit/types.js'
-import { StoreError, admitOf, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
 
@@ -373,7 +373,7 @@ export function describeStoreConformance(
     describe('admit (fence, then claim when it accepts, as one call)', () => {
       test('a fresh resource and key: accepted and claimed', async () => {
         const s = await open()
-        expect(await admitOf(s)({ resource: 'res/adm', token: 4n }, key('adm-1'), req('a'), T0)).toEqual({ fence: { accepted: true, highest: 4n }, claim: { kind: 'claimed' } })
+        expect(await s.admit({ resource: 'res/adm', token: 4n }, key('adm-1'), req('a'), T0)).toEqual({ fence: { accepted: true, highest: 4n }, claim: { kind: 'claimed' } })
         expect(await s.highest('res/adm')).toBe(4n)
         expect((await s.claim(key('adm-1'), req('b'), T0 + 1)).kind).toBe('in_flight')
       })
@@ -381,21 +381,20 @@ export function describeStoreConformance(
       test('a stale token: refused with the mark, and the key is left untouched', async () => {
         const s = await open()
         await s.fence('res/adm', 9n)
-        expect(await admitOf(s)({ resource: 'res/adm', token: 3n }, key('adm-2'), req('a'), T0)).toEqual({ fence: { accepted: false, highest: 9n } })
+        expect(await s.admit({ resource: 'res/adm', token: 3n }, key('adm-2'), req('a'), T0)).toEqual({ fence: { accepted: false, highest: 9n } })
         expect(await s.claim(key('adm-2'), req('b'), T0 + 1)).toEqual({ kind: 'claimed' })
       })
 
       test('a completed key replays through admit; 50 concurrent admits of one key claim it once', async () => {
         const s = await open()
-        const admit = admitOf(s)
-        const results = await Promise.all(Array.from({ length: 50 }, (_, i) => admit({ resource: 'res/adm', token: BigInt(i) }, key('adm-3'), req(`c${i}`), T0)))
+        const results = await Promise.all(Array.from({ length: 50 }, (_, i) => s.admit({ resource: 'res/adm', token: BigInt(i) }, key('adm-3'), req(`c${i}`), T0)))
         const claimed = results.filter((r) => r.claim?.kind === 'claimed')
         expect(claimed).toHaveLength(1)
         // every call either lost the fence to a higher token or found the key in flight
         for (const r of results) if (r.claim?.kind !== 'claimed') expect(r.fence.accepted ? r.claim?.kind : 'stale').toMatch(/^(in_flight|stale)$/)
         const winner = results.indexOf(claimed[0])
         await s.finish(key('adm-3'), `c${winner}`, { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
-        const again = await admit({ resource: 'res/adm', token: 49n }, key('adm-3'), req('z'), T0 + 2)
+        const again = await s.admit({ resource: 'res/adm', token: 49n }, key('adm-3'), req('z'), T0 + 2)
         expect(again.fence).toEqual({ accepted: true, highest: 49n })
         expectResponse(again.claim!, sampleResponse())
       })
@@ -682,6 +681,7 @@ export function describeStoreConformance(
           ['fence', () => s.fence('res/a', 2n)],
           ['highest', () => s.highest('res/a')],
           ['claim', () => s.claim(key(), req('c2'), T0 + 1)],
+          ['admit', () => s.admit({ resource: 'res/a', token: 3n }, key('after-close'), req('c3'), T0 + 1)],
           ['finish', () => s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 1)],
           ['release', () => s.release(key(), 'c1')],
           ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
