@@ -5,7 +5,7 @@
 import type { HttpBindings } from '@hono/node-server'
 import type { CompiledRoute } from './route.js'
 import type { Outcome } from './problems.js'
-import type { FenceResult, RecordKey, UnknownReason } from './store/types.js'
+import type { FenceRequest, FenceResult, RecordKey, UnknownReason } from './store/types.js'
 
 /** What the upstream answered, as the idempotency layer sees it before the client does. */
 export interface UpstreamResponse {
@@ -47,9 +47,7 @@ export interface Fence {
  * claim in one call (`Store.admit`). Whoever makes it calls `settle` with the store's answer;
  * `forward()` refuses to send a request whose check is still pending.
  */
-export interface PendingFence {
-  resource: string
-  token: bigint
+export interface PendingFence extends FenceRequest {
   settled: boolean
   /** records the answer on the request (`c.var.fence`); throws the 412 problem when stale */
   settle(result: FenceResult): void

@@ -58,7 +58,9 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
   const leaseMs = route.config.idempotency?.lease
   const upstreamTimeout = route.config.upstream.timeout
   // with idempotency on the route, the check waits for the claim so both take one store call;
-  // with serialize it must come first (the wait for older tokens sits between the two)
+  // with serialize it must come first (the wait for older tokens sits between the two). The
+  // price: a stale writer's body (up to maxRequestBytes) is read before its 412, since the
+  // claim needs the fingerprint; nothing of it is forwarded or stored.
   const handOff = route.idempotency !== undefined && !serialize
   const count = inFlight.route(route.name)
   const overtaken = { route: route.name }

@@ -1,4 +1,5 @@
-import { createHash, hash } from 'node:crypto'
+import { createHash } from 'node:crypto'
+import { sha256hex } from '../route.js'
 
 // below this body size one Buffer and a one-shot hash beat a Hash object fed in parts
 const ONE_SHOT_BYTES = 16 * 1024
@@ -10,6 +11,6 @@ const ONE_SHOT_BYTES = 16 * 1024
 export function fingerprint(method: string, pathAndQuery: string, contentType: string | undefined, body: Buffer): string {
   const ct = contentType ?? ''
   const head = `${Buffer.byteLength(method)}:${method}\n${Buffer.byteLength(pathAndQuery)}:${pathAndQuery}\n${Buffer.byteLength(ct)}:${ct}\n${body.length}:`
-  if (body.length <= ONE_SHOT_BYTES) return hash('sha256', body.length ? Buffer.concat([Buffer.from(head), body]) : head, 'hex')
+  if (body.length <= ONE_SHOT_BYTES) return sha256hex(body.length ? Buffer.concat([Buffer.from(head), body]) : head)
   return createHash('sha256').update(head).update(body).digest('hex')
 }

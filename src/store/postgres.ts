@@ -271,7 +271,6 @@ interface ClaimRow {
   o_reason: string | null
 }
 
-interface FenceCall { resource: string; token: bigint }
 interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
 interface AdmitCall extends ClaimCall { fence: FenceRequest }
 /** finish (with `done`) or release (without) */
@@ -379,7 +378,7 @@ export class PostgresStore implements Store {
   readonly audit: AuditLog
   /** the value written when the schema was first created */
   epoch = ''
-  readonly #fence: (call: FenceCall) => Promise<FenceResult>
+  readonly #fence: (call: FenceRequest) => Promise<FenceResult>
   readonly #claim: (call: ClaimCall) => Promise<ClaimResult>
   readonly #admit: (call: AdmitCall) => Promise<AdmitResult>
   readonly #settle: (call: SettleCall) => Promise<void>
@@ -496,7 +495,7 @@ export class PostgresStore implements Store {
 
   // ------------------------------------------------------------- batches (one round trip each)
 
-  #fenceBatch(calls: readonly FenceCall[]): Promise<FenceResult[]> {
+  #fenceBatch(calls: readonly FenceRequest[]): Promise<FenceResult[]> {
     return this.#many<{ o_i: number; o_accepted: boolean; o_highest: string }, FenceResult>(calls.length, {
       name: 'fg_fence_many',
       text: `SELECT o_i, o_accepted, o_highest FROM ${this.#s}.fg_fence_many_v1($1::text[], $2::bigint[])`,

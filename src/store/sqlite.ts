@@ -255,7 +255,7 @@ export class SqliteStore implements Store {
     return this.#write('fence', () => this.#fenceOp(resource, token))
   }
 
-  /** fence and claim in one savepoint of the group commit: nothing else runs between them */
+  /** fence and claim as one operation of the group commit: nothing else runs between them */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
     return this.#write('admit', () => this.#admitOp(fence, recordId(key), req, now))
   }

@@ -66,13 +66,13 @@ export interface InFlightSource {
 }
 
 /**
- * @param options.exemplars duration histograms carry trace exemplars; default: when tracing
- *   has started in this process (without traces there is nothing to point at, and an exemplar
- *   observation costs several plain ones)
+ * The duration histograms carry trace exemplars when tracing has started in this process:
+ * without traces there is nothing to point at, and an exemplar observation costs several plain
+ * ones.
  */
-export function createMetrics(version: string, options: { exemplars?: boolean } = {}) {
+export function createMetrics(version: string) {
   let inFlight: InFlightSource | undefined
-  const TimedHistogram = (options.exemplars ?? tracingOn()) ? TracedHistogram : Histogram
+  const TimedHistogram = tracingOn() ? TracedHistogram : Histogram
   // OpenMetrics from the start: prom-client refuses exemplar metrics on a Prometheus registry
   const registry = new Registry<OpenMetricsContentType>()
   registry.setContentType(OPENMETRICS)
