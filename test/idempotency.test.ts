@@ -213,6 +213,20 @@ describe('idempotency keys', () => {
     expect(up.count('/single/queued')).toBe(before + 1)
   })
 
+  test('an upstream reset after the response headers: the client is cut off, the outcome is unknown (reset), the retry gets 409 outcome-unknown and is not forwarded', async () => {
+    const k = key()
+    const before = up.count('/reset-mid-body')
+    const resets = metric(await metrics(gw.adminUrl), 'fencegate_unknown_outcomes_total', { route: 'main', reason: 'reset' })
+    // 10 of 1000 bytes, then a reset: never a clean (truncated) answer, nothing stored to replay
+    const first = await call('/reset-mid-body', k).then((r) => `answered ${r.status} with ${r.body.length} bytes`, () => 'cut off')
+    expect(first).toBe('cut off')
+    expect(metric(await metrics(gw.adminUrl), 'fencegate_unknown_outcomes_total', { route: 'main', reason: 'reset' })).toBe(resets + 1)
+    const retry = await call('/reset-mid-body', k)
+    expect(retry.status).toBe(409)
+    expect(retry.json().type).toBe(`${P}outcome-unknown`)
+    expect(up.count('/reset-mid-body')).toBe(before + 1)
+  })
+
   test('unknownOutcome: reject — the upstream applied the effect and timed out; the retry gets 409 outcome-unknown and is not forwarded', async () => {
     const k = key()
     const before = up.count('/apply-then-hang')
