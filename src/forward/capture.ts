@@ -4,14 +4,35 @@
  * array (the idempotency record keeps them; 0 streams from the first chunk); past that the rest
  * is written straight to the client, pausing the upstream only while the client's socket is full.
  * The request counts as sent from undici's onRequestStart, when it starts writing it.
+ *
+ * Timeouts are this handler's own, on Node's millisecond timers: undici's `headersTimeout` and
+ * `bodyTimeout` run on its shared coarse clock (~0.5 s resolution), which fired a 600 ms timeout
+ * after 547 ms and a 400 ms one after 970 ms. One Timeout object per exchange, re-armed with
+ * `refresh()`: `timeoutMs` from dispatch to the response headers (queueing and connecting
+ * included, so the client's wait is bounded), then `timeoutMs` of silence between body chunks
+ * (not counted while the client's socket is full and the upstream is paused for it).
  */
 import type { IncomingHttpHeaders } from 'undici/types/header.js'
-import type { Dispatcher } from 'undici'
+import { errors as undiciErrors, type Dispatcher } from 'undici'
 import type { ServerResponse } from 'node:http'
 
 interface Waiter<T> { resolve(v: T): void; reject(e: Error): void }
 
 const CLIENT_LEFT = 'client connection closed before the response ended'
+
+/** No response headers within the timeout; `sent` false: the request never left the queue. */
+export class HeadersTimeout extends undiciErrors.HeadersTimeoutError {
+  constructor(readonly timeoutMs: number) {
+    super(`no response headers within ${timeoutMs} ms`)
+  }
+}
+
+/** The upstream went silent mid-body for longer than the timeout. */
+export class BodyTimeout extends undiciErrors.BodyTimeoutError {
+  constructor(readonly timeoutMs: number) {
+    super(`no response body data for ${timeoutMs} ms`)
+  }
+}
 
 export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** true from the moment undici starts writing the request (the effect may happen from here) */
@@ -24,6 +45,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   size = 0
   /** more than `limit` bytes came: the captured chunks are a prefix, the rest is streamed */
   overflow = false
+  /** the headers or body timeout fired (the exchange was aborted for it) */
+  timedOut = false
 
   #controller?: Dispatcher.DispatchController
   #start?: Waiter<void>
@@ -33,8 +56,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   #error?: Error
   /** body bytes still to come per Content-Length; undefined when chunked, -1 when read until close */
   #remaining?: number
+  #timer?: NodeJS.Timeout
+  #paused = false
 
-  constructor(private readonly limit: number, private readonly onSent: () => void) {}
+  /**
+   * @param limit bytes of the answer to capture before streaming the rest (0: stream at once)
+   * @param timeoutMs the route's `upstream.timeout`: to the headers, then between body chunks, ms
+   * @param onSent called once, when undici starts writing the request
+   */
+  constructor(private readonly limit: number, private readonly timeoutMs: number, private readonly onSent: () => void) {}
 
   /**
    * Dispatches the request; resolves when the response headers are in.
@@ -44,8 +74,24 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   start(dispatcher: Dispatcher, opts: Dispatcher.DispatchOptions): Promise<void> {
     return new Promise((resolve, reject) => {
       this.#start = { resolve, reject }
+      this.#timer = setTimeout(() => this.#onTimeout(), this.timeoutMs)
       dispatcher.dispatch(opts, this)
     })
+  }
+
+  #onTimeout(): void {
+    if (this.#paused) return // the client is slow, not the upstream: re-armed on resume
+    this.timedOut = true
+    const err = this.#start ? new HeadersTimeout(this.timeoutMs) : new BodyTimeout(this.timeoutMs)
+    // rejected here, not left to undici's onResponseError: a request still queued (never
+    // written) gets no handler callback when aborted before onRequestStart
+    this.onResponseError(this.#controller, err)
+    this.aborted = true
+    this.#controller?.abort(err)
+  }
+
+  #stopTimer(): void {
+    if (this.#timer) { clearTimeout(this.#timer); this.#timer = undefined }
   }
 
   /** Resolves with true when the body is larger than `limit` (then call `streamRest`), else false once it is whole. */
@@ -64,7 +110,12 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     return new Promise((resolve, reject) => {
       if (out.destroyed) { this.abort(); reject(new Error(CLIENT_LEFT)); return }
       const cleanup = () => { out.off('drain', drain); out.off('finish', finish); out.off('close', close) }
-      const drain = () => this.#controller?.resume()
+      const drain = () => {
+        if (!this.#paused) return
+        this.#paused = false
+        this.#timer?.refresh()
+        this.#controller?.resume()
+      }
       const finish = () => { cleanup(); resolve() }
       const close = () => {
         cleanup()
@@ -84,6 +135,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   abort(): void {
     if (this.aborted) return
     this.aborted = true
+    this.#stopTimer()
     this.#controller?.abort(new Error(CLIENT_LEFT))
   }
 
@@ -92,7 +144,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller
     // a client that left while the request was queued: abort it here, before a byte is written
-    if (this.aborted) { controller.abort(new Error(CLIENT_LEFT)); return }
+    if (this.aborted) { controller.abort(this.timedOut ? new HeadersTimeout(this.timeoutMs) : new Error(CLIENT_LEFT)); return }
     this.sent = true
     this.onSent()
   }
@@ -104,6 +156,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const length = headers['content-length']
     const chunked = /chunked/i.test(String(headers['transfer-encoding'] ?? ''))
     this.#remaining = chunked ? undefined : length !== undefined ? Number(length) : -1
+    this.#timer?.refresh() // from here: the body's idle timeout
     const w = this.#start
     this.#start = undefined
     w?.resolve()
@@ -111,9 +164,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.#remaining !== undefined && this.#remaining > 0) this.#remaining -= chunk.length
+    this.#timer?.refresh()
     const s = this.#stream
     if (s) {
-      if (!s.out.write(chunk) && this.#mayPause()) controller.pause()
+      if (!s.out.write(chunk) && this.#mayPause()) { this.#paused = true; controller.pause() }
       return
     }
     // Kept until streamRest() takes over (the caller attaches it without waiting on anything
@@ -140,6 +194,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    this.#stopTimer()
     this.#ended = true
     const s = this.#stream
     if (s) { s.out.end(); return }
@@ -148,7 +203,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     w?.resolve(this.overflow)
   }
 
-  onResponseError(controller: Dispatcher.DispatchController, err: Error): void {
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
+    this.#stopTimer()
+    if (this.#error) return // already failed (our timeout), undici reports the abort after
     this.#error = err
     this.#start?.reject(err)
     this.#body?.reject(err)

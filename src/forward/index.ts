@@ -51,8 +51,9 @@ export function createUpstream(route: CompiledRoute): Pool {
   return new Pool(new URL(u.url).origin, {
     connections: u.connections,
     connect: { timeout: u.connectTimeout },
-    headersTimeout: u.timeout,
-    bodyTimeout: u.timeout,
+    // the exchange keeps its own millisecond timers (./capture.ts): undici's are ~0.5 s coarse
+    headersTimeout: 0,
+    bodyTimeout: 0,
     keepAliveTimeout: 4_000,
     pipelining: 1,
   })
@@ -69,6 +70,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
   const keep = new Set([route.fencing?.tokenHeader, route.idempotency?.keyHeader].filter((h): h is string => !!h))
   const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
   const fenced = route.fencing !== undefined
+  const timeoutMs = route.config.upstream.timeout
 
   return async function forward(c) {
     const { incoming, outgoing } = c.env
@@ -82,7 +84,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
 
     const fence = fenced ? c.get('fence') : undefined
     // kept for replays: captured up to the limit, then streamed; otherwise streamed from the start
-    const call = new UpstreamCall(exchange ? exchange.captureBytes : 0, () => {
+    const call = new UpstreamCall(exchange ? exchange.captureBytes : 0, timeoutMs, () => {
       fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
     })
     const onClose = () => { if (!outgoing.writableFinished) call.abort() }
@@ -107,6 +109,13 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         await exchange?.onFailure({ sent: false })
         throw tooLarge(maxBody)
       }
+      if (!wasSent && call.timedOut) {
+        // queued or connecting for the whole timeout: the upstream never saw it
+        await exchange?.onFailure({ sent: false })
+        const p = new Problem('upstream-timeout', `The upstream could not take the request within ${timeoutMs} ms (no connection free or connecting); nothing was sent, so retrying is safe.`)
+        p.outcome = 'upstream_error'
+        throw p
+      }
       if (!wasSent && aborted) {
         // the client left while undici was still connecting or queued: nothing reached the upstream
         await exchange?.onFailure({ sent: false })
@@ -118,27 +127,30 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         await exchange?.onFailure({ sent: false })
         throw new Problem('upstream-unavailable', `The upstream ${upstream.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`)
       }
-      const reason: UnknownReason = aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
+      const reason: UnknownReason = call.timedOut ? 'timeout' : aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
       unknown(reason)
       c.set('unknownReason', reason)
       await exchange?.onFailure({ sent: true, reason })
       if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); c.set('code', 499); return RESPONSE_ALREADY_SENT }
       if (reason === 'timeout') {
-        throw new Problem('upstream-timeout', `The upstream sent no response within ${route.config.upstream.timeout} ms. The request was sent, so it may have taken effect.`)
+        throw new Problem('upstream-timeout', `The upstream sent no response within ${timeoutMs} ms. The request was sent, so it may have taken effect.`)
       }
       const p = new Problem('upstream-unavailable', `The upstream connection failed after the request was sent (${err.code ?? err.message}); it may have taken effect.`)
       p.outcome = 'outcome_unknown'
       throw p
     }
     /** The upstream reset mid-body or the client left: never end a truncated body cleanly. */
-    const broken = async (aborted: boolean) => {
+    const broken = async (aborted: boolean, timedOut: boolean) => {
       if (outgoing.writableFinished) return
-      const reason = aborted ? 'client_abort' : 'reset'
+      const reason: UnknownReason = timedOut ? 'timeout' : aborted ? 'client_abort' : 'reset'
       unknown(reason)
       await exchange?.onFailure({ sent: true, reason })
       c.set('unknownReason', reason)
       c.set('outcome', 'outcome_unknown')
+      // what the client got: 499 when it left (nginx), 0 when it got no status line at all
+      // (a captured answer cut off before its head was written; Envoy logs such a one as 0)
       if (aborted) c.set('code', 499)
+      else if (!outgoing.headersSent) c.set('code', 0)
     }
     const answered = (status: number) => {
       metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, (performance.now() - started) / 1000)
@@ -174,7 +186,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         outgoing.end(whole)
       }
     } catch {
-      await broken(call.aborted)
+      await broken(call.aborted && !call.timedOut, call.timedOut)
       call.abort()
       outgoing.destroy()
     } finally {

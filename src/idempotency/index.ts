@@ -22,6 +22,7 @@ import { requestTemplateSource } from '../template-source.js'
 import { flat, VIA } from '../forward/headers.js'
 import { parseIdempotencyKey } from './key.js'
 import { fingerprint } from './fingerprint.js'
+import { LeaseKeeper, type KeptLease } from './lease.js'
 
 /** Upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
@@ -40,11 +41,13 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
   const maxBody = route.config.maxRequestBytes
   const waitMs = route.config.upstream.timeout
   const count = (result: string) => metrics.idempotency.inc({ route: route.name, result })
+  const leases = new LeaseKeeper(store, i.lease, log, route.name)
 
   // `count` counts a result and notes it on the request (c.var idempotencyResult, for traces)
-  const exchange = (key: RecordKey, claimId: string, count: (result: string) => void): Exchange => ({
+  const exchange = (key: RecordKey, claimId: string, lease: KeptLease, count: (result: string) => void): Exchange => ({
     captureBytes: i.maxResponseBytes,
     async onResponse(res) {
+      lease.stop() // the record leaves in_flight now
       try {
         if (RELEASE_STATUSES.has(res.status)) {
           count('released')
@@ -63,6 +66,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
       }
     },
     async onFailure(failure) {
+      lease.stop()
       try {
         if (!failure.sent) {
           count('released')
@@ -155,8 +159,14 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
             c.set('duplicateForward', true)
             log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: route.name, after: result.after })
           }
-          c.set('exchange', exchange(recordKey, claimId, (r) => { count(r); c.set('idempotencyResult', r) }))
-          await next()
+          // the lease is renewed while the exchange lives, whichever way it ends (./lease.ts)
+          const kept = leases.keep(recordKey, claimId, Date.now())
+          c.set('exchange', exchange(recordKey, claimId, kept, (r) => { count(r); c.set('idempotencyResult', r) }))
+          try {
+            await next()
+          } finally {
+            kept.stop()
+          }
           return
         case 'completed':
           count('replayed')

@@ -106,6 +106,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r.kind === 'claimed', key, req.claimId),
     admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim?.kind === 'claimed', key, req.claimId),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
+    renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     // off the request path: the audit queue bounds, counts and logs its own failures

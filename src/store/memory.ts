@@ -122,6 +122,14 @@ export class MemoryStore implements Store {
     if (next) this.#put(id, next, now)
   }
 
+  async renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
+    this.#open('renew')
+    const r = this.#get(recordId(key))
+    if (!mayRelease(r, claimId)) return false
+    r!.leaseUntil = now + leaseMs
+    return true
+  }
+
   async release(key: RecordKey, claimId: string): Promise<void> {
     this.#open('release')
     const id = recordId(key)

@@ -493,6 +493,18 @@ export class PostgresStore implements Store {
     return this.#run('release', () => this.#settle({ key, claimId }))
   }
 
+  /** One guarded UPDATE, outside the group commit: renewals are rare (a quarter lease apart). */
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
+    return this.#run('renew', async () => {
+      const { rowCount } = await this.#pool.query({
+        name: 'fg_renew',
+        text: `UPDATE ${this.#s}.fg_records_v1 SET lease_until = $1 WHERE route = $2 AND scope = $3 AND key = $4 AND claim_id = $5 AND state = 'in_flight'`,
+        values: [now + leaseMs, key.route, key.scope, key.key, claimId],
+      })
+      return (rowCount ?? 0) > 0
+    })
+  }
+
   // ------------------------------------------------------------- batches (one round trip each)
 
   #fenceBatch(calls: readonly FenceRequest[]): Promise<FenceResult[]> {

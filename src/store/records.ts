@@ -72,7 +72,7 @@ export function decideFinish(found: IdemRecord | undefined, claimId: string, don
   }
 }
 
-/** True when `release` by `claimId` may delete the record. */
+/** True when `release` (delete) or `renew` (a later lease end) by `claimId` may touch the record. */
 export const mayRelease = (found: IdemRecord | undefined, claimId: string): boolean =>
   !!found && found.claimId === claimId && found.state === 'in_flight'
 

@@ -143,6 +143,16 @@ return 1
 `
 
 // KEYS[1] = record key; ARGV[1] = claimId. Deletes only an in-flight record held by claimId.
+// KEYS[1] = record key; ARGV = claimId, leaseUntil. 1 when renewed, 0 when no longer held.
+const RENEW = `
+local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
+if r[1] == 'in_flight' and r[2] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+  return 1
+end
+return 0
+`
+
 const RELEASE = `
 local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
 if r[1] == 'in_flight' and r[2] == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -184,6 +194,7 @@ interface ScriptCommands {
   fgFinish(key: string, ...args: (string | Buffer)[]): Promise<number>
   fgAdmitBuffer(fenceKey: string, recordKey: string, ...args: string[]): Promise<[number, Buffer, ...Buffer[]]>
   fgRelease(key: string, claimId: string): Promise<number>
+  fgRenew(key: string, claimId: string, leaseUntil: string): Promise<number>
   fgAudit(key: string, minId: string, ...entries: string[]): Promise<number>
   fgResolve(key: string, ...args: string[]): Promise<string[]>
 }
@@ -268,6 +279,7 @@ export class RedisStore implements Store {
     this.#redis.defineCommand('fgAdmit', { numberOfKeys: 2, lua: ADMIT })
     this.#redis.defineCommand('fgFinish', { numberOfKeys: 1, lua: FINISH })
     this.#redis.defineCommand('fgRelease', { numberOfKeys: 1, lua: RELEASE })
+    this.#redis.defineCommand('fgRenew', { numberOfKeys: 1, lua: RENEW })
     this.#redis.defineCommand('fgResolve', { numberOfKeys: 1, lua: RESOLVE })
     this.#redis.defineCommand('fgAudit', { numberOfKeys: 1, lua: AUDIT })
     this.audit = {
@@ -362,6 +374,10 @@ export class RedisStore implements Store {
         done.kind === 'completed' ? done.response.body : '',
         done.kind === 'unknown' ? done.reason : '')
     })
+  }
+
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
+    return this.#run('renew', async () => (await this.#redis.fgRenew(this.#recordKey(key), claimId, String(now + leaseMs))) === 1)
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {

@@ -115,6 +115,7 @@ export class SqliteStore implements Store {
   readonly #recGet: Statement
   readonly #recPut: Statement
   readonly #recDel: Statement
+  readonly #renew: Statement
   readonly #reap: Statement
   readonly #fenceOp: (resource: string, token: bigint) => FenceResult
   readonly #claimOp: (id: string, req: ClaimRequest, now: number) => ClaimResult
@@ -160,6 +161,7 @@ export class SqliteStore implements Store {
     this.#recPut = db.prepare(`INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason)
       VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason)`)
     this.#recDel = db.prepare('DELETE FROM fg_records_v1 WHERE id = ?')
+    this.#renew = db.prepare("UPDATE fg_records_v1 SET lease_until = ? WHERE id = ? AND claim_id = ? AND state = 'in_flight'")
     this.#reap = db.prepare('DELETE FROM fg_records_v1 WHERE id IN (SELECT id FROM fg_records_v1 WHERE expires_at <= ? LIMIT 1000)')
 
     const get = (id: string) => toRecord(this.#recGet.get(id) as RecordRow | undefined)
@@ -270,6 +272,10 @@ export class SqliteStore implements Store {
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
     return this.#write('finish', () => this.#finishOp(recordId(key), claimId, done, ttlMs, now))
+  }
+
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
+    return this.#write('renew', () => this.#renew.run(now + leaseMs, recordId(key), claimId).changes > 0)
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {

@@ -117,9 +117,9 @@ export type Completion =
 export interface Store {
   readonly kind: StoreKind
   /**
-   * True when every call completes synchronously in this process (memory, sqlite): a timer
-   * could never fire before it, so callers skip the timeout race. SQLite bounds its own waits
-   * with busy_timeout.
+   * True when every call completes synchronously in this process (memory): a timer could never
+   * fire before it, so callers skip the timeout race. Not sqlite: it waits for another process's
+   * lock on timers (bounded by its own busyTimeoutMs too), so it is raced like the network stores.
    */
   readonly inProcess?: boolean
   /**
@@ -148,6 +148,13 @@ export interface Store {
    * A no-op when the claim is no longer held (taken over after its lease).
    */
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void>
+  /**
+   * Extend the lease of the in-flight attempt `claimId` to `now + leaseMs`, while its exchange is
+   * alive (the gateway renews its own claims: src/idempotency/lease.ts).
+   * @returns true when the record is still in flight under `claimId` (renewed); false when it
+   *   was finished, released, expired or taken over (nothing written)
+   */
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean>
   /** Give the key up: nothing was done upstream (502/503/504/429 or a connect failure). */
   release(key: RecordKey, claimId: string): Promise<void>
   /**

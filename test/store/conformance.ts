@@ -475,6 +475,40 @@ export function describeStoreConformance(
       })
     })
 
+    describe('renew (the gateway keeps its live claim)', () => {
+      test('renewing moves the lease end: the record stays in flight past its first lease, then lapses without renewal', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        expect(await s.renew(key(), 'c1', 1_000, T0 + 800)).toBe(true)
+        expect(await s.claim(key(), req('c2'), T0 + 1_500)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 1_800 })
+        expect(await s.renew(key(), 'c1', 1_000, T0 + 1_700)).toBe(true)
+        expect(await s.claim(key(), req('c3'), T0 + 2_600)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 2_700 })
+        // no renewal any more: the holder stopped, its claim lapses into an unknown outcome
+        expect(await s.claim(key(), req('c4'), T0 + 2_800)).toEqual({ kind: 'unknown', reason: 'crash', abandoned: true })
+      })
+
+      test('a wrong claimId, a finished, a released or a taken-over record is not renewed (false, nothing written)', async () => {
+        const s = await open()
+        await s.claim(key(), req('c1', { leaseMs: 1_000 }), T0)
+        expect(await s.renew(key(), 'other', 60_000, T0 + 100)).toBe(false)
+        expect(await s.claim(key(), req('c2'), T0 + 200)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 1_000 })
+        await s.finish(key(), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 300)
+        expect(await s.renew(key(), 'c1', 60_000, T0 + 400)).toBe(false)
+        expectResponse(await s.claim(key(), req('c3'), T0 + 500), sampleResponse())
+
+        await s.claim(key('k2'), req('r1', { leaseMs: 1_000 }), T0)
+        await s.release(key('k2'), 'r1')
+        expect(await s.renew(key('k2'), 'r1', 60_000, T0 + 100)).toBe(false)
+        expect(await s.claim(key('k2'), req('r2'), T0 + 200)).toEqual({ kind: 'claimed' })
+
+        await s.claim(key('k3'), req('old', { leaseMs: 1_000 }), T0)
+        expect((await s.claim(key('k3'), req('new', { retryUnknown: true, leaseMs: 1_000 }), T0 + 1_500)).kind).toBe('claimed')
+        expect(await s.renew(key('k3'), 'old', 60_000, T0 + 1_600)).toBe(false)
+        expect(await s.claim(key('k3'), req('probe'), T0 + 1_700)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 2_500 })
+        expect(await s.renew(key('nothing-here'), 'x', 60_000, T0)).toBe(false)
+      })
+    })
+
     describe('finish(unknown)', () => {
       test('reason timeout, retryUnknown=false: claims report unknown/timeout', async () => {
         const s = await open()
@@ -684,6 +718,7 @@ export function describeStoreConformance(
           ['admit', () => s.admit({ resource: 'res/a', token: 3n }, key('after-close'), req('c3'), T0 + 1)],
           ['finish', () => s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 1)],
           ['release', () => s.release(key(), 'c1')],
+          ['renew', () => s.renew(key(), 'c1', 1_000, T0 + 1)],
           ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
           ['ping', () => s.ping()],
         ]
