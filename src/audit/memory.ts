@@ -2,7 +2,7 @@
  * The attempt log of the memory store: a ring buffer in this process. Lost on exit, like the
  * rest of the memory store; the oldest entries go first when it is full or past the retention.
  */
-import { aggregate, type AuditCounts, type AuditEntry, type AuditLog } from './types.js'
+import { aggregate, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './types.js'
 
 export interface MemoryAuditLogOptions {
   /** most entries kept; default 100,000 */
@@ -35,6 +35,14 @@ export class MemoryAuditLog implements AuditLog {
   *#entries(): Generator<AuditEntry> {
     const n = this.#ring.length
     for (let i = 0; i < this.#size; i++) yield this.#ring[(this.#next - this.#size + i + n) % n]!
+  }
+
+  async timeline(filter: TimelineFilter, since: number, limit: number): Promise<AuditEntry[]> {
+    const out: AuditEntry[] = []
+    for (const e of this.#entries()) {
+      if (e.time >= since && inTimeline(e, filter)) out.push(e)
+    }
+    return out.slice(-limit)
   }
 
   async query(since: number, until: number, route?: string): Promise<AuditCounts[]> {

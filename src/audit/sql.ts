@@ -3,7 +3,7 @@
  * row mapping and the one aggregate query of `AuditLog.query` (the rules of `aggregate` in
  * ./types.ts, as SQL).
  */
-import { emptyCounts, type AuditCounts, type AuditEntry } from './types.js'
+import { emptyCounts, type AuditCounts, type AuditEntry, type TimelineFilter } from './types.js'
 
 /** Columns in insert order. Flags are 0/1 integers in both engines, so they can be summed. */
 export const AUDIT_COLUMNS = [
@@ -44,6 +44,49 @@ export function auditQuerySql(table: string, p: (n: number) => string): string {
   FROM ${table} a
   WHERE a.kind = 'attempt' AND a.time >= ${p(1)} AND a.time < ${p(2)} AND (CAST(${p(3)} AS TEXT) IS NULL OR a.route = ${p(3)})
   GROUP BY a.route`
+}
+
+/**
+ * A timeline's query and its values; `p(n)` writes the n-th placeholder. Key hashes and the
+ * resource are matched with the (route, key_hash, time) index or a scan of the window.
+ */
+export function timelineSql(table: string, p: (n: number) => string, f: TimelineFilter, since: number, limit: number): { text: string; values: (string | number)[] } {
+  const values: (string | number)[] = [since]
+  const or: string[] = []
+  for (const h of f.keyHashes ?? []) { values.push(h); or.push(`key_hash = ${p(values.length)}`) }
+  if (f.resource !== undefined) { values.push(f.resource); or.push(`resource = ${p(values.length)}`) }
+  let where = `time >= ${p(1)} AND (${or.length ? or.join(' OR ') : 'FALSE'})`
+  if (f.route !== undefined) { values.push(f.route); where += ` AND route = ${p(values.length)}` }
+  values.push(limit)
+  return {
+    text: `SELECT * FROM (SELECT ${AUDIT_COLUMNS.join(', ')} FROM ${table} WHERE ${where} ORDER BY time DESC LIMIT ${p(values.length)}) t ORDER BY time`,
+    values,
+  }
+}
+
+/** An attempt log row (either engine) as an entry; NULL columns and 0 flags are left out. */
+export function entryFromRow(r: Record<string, unknown>): AuditEntry {
+  const e: AuditEntry = { time: Number(r.time), kind: r.kind as AuditEntry['kind'], replica: String(r.replica), route: String(r.route) }
+  const str = (c: string) => (r[c] === null || r[c] === undefined ? undefined : String(r[c]))
+  const num = (c: string) => (r[c] === null || r[c] === undefined ? undefined : Number(r[c]))
+  const set = <K extends keyof AuditEntry>(k: K, v: AuditEntry[K] | undefined) => { if (v !== undefined) e[k] = v }
+  set('method', str('method'))
+  set('resource', str('resource'))
+  set('token', str('token'))
+  set('keyHash', str('key_hash'))
+  set('fingerprint', str('fingerprint'))
+  set('outcome', str('outcome') as AuditEntry['outcome'])
+  set('result', str('result'))
+  set('unknown', str('unknown') as AuditEntry['unknown'])
+  if (num('abandoned')) e.abandoned = true
+  if (num('duplicate')) e.duplicate = true
+  if (num('overtaken')) e.overtaken = true
+  set('status', num('status'))
+  set('upstreamStatus', num('upstream_status'))
+  set('durationMs', num('duration_ms'))
+  set('traceId', str('trace_id'))
+  set('resolution', str('resolution') as AuditEntry['resolution'])
+  return e
 }
 
 /** Turns the query's rows (numbers, or numeric strings from pg) into counts sorted by route. */

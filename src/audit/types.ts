@@ -77,6 +77,25 @@ export interface AuditLog {
    * for the same route and key hash was written at or after it (before `until`).
    */
   query(since: number, until: number, route?: string): Promise<AuditCounts[]>
+  /**
+   * The entries about some keys or one resource since `since` (epoch ms), oldest first, at most
+   * `limit`: a key's or a resource's timeline, and what `fencegate unknown` tells of each record.
+   */
+  timeline(filter: TimelineFilter, since: number, limit: number): Promise<AuditEntry[]>
+}
+
+/** Which entries a timeline holds: those with one of `keyHashes`, or with `resource`; only `route`'s when given. */
+export interface TimelineFilter {
+  route?: string
+  keyHashes?: readonly string[]
+  resource?: string
+}
+
+/** Whether an entry belongs to a timeline (the in-memory logs' filter; the SQL one is in ./sql.ts). */
+export function inTimeline(e: AuditEntry, f: TimelineFilter): boolean {
+  if (f.route !== undefined && e.route !== f.route) return false
+  if (f.keyHashes && e.keyHash !== undefined && f.keyHashes.includes(e.keyHash)) return true
+  return f.resource !== undefined && e.resource === f.resource
 }
 
 export const emptyCounts = (route: string): AuditCounts => ({

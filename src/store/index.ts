@@ -109,6 +109,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
+    unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
     // off the request path: the audit queue bounds, counts and logs its own failures
     audit: inner.audit,
     markers: () => call('markers', () => inner.markers()),

@@ -9,7 +9,7 @@
 import { LRUCache } from 'lru-cache'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
 import { MemoryAuditLog } from '../audit/memory.js'
 
 export interface MemoryStoreOptions {
@@ -24,6 +24,13 @@ export interface MemoryStoreOptions {
 }
 
 export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.key}`
+
+/** The key of a `recordId` (a key has no newline; a scope is hex or empty). */
+export function parseRecordId(id: string): RecordKey {
+  const k = id.lastIndexOf('\n')
+  const s = id.lastIndexOf('\n', k - 1)
+  return { route: id.slice(0, s), scope: id.slice(s + 1, k), key: id.slice(k + 1) }
+}
 
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const
@@ -143,6 +150,22 @@ export class MemoryStore implements Store {
     if (write === null) this.#held.delete(id)
     else if (write) this.#put(id, write, now)
     return result
+  }
+
+  async unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
+    this.#open('unknowns')
+    const { route, limit = 1000 } = options
+    const out: UnknownRecord[] = []
+    for (const [id, r] of this.#held) {
+      if (out.length >= limit) break
+      if (r.expiresAt <= now) continue
+      const crashed = r.state === 'in_flight' && r.leaseUntil <= now
+      if (r.state !== 'unknown' && !crashed) continue
+      const key = parseRecordId(id)
+      if (route !== undefined && key.route !== route) continue
+      out.push({ key, reason: crashed ? 'crash' : r.reason ?? 'crash', leaseUntil: r.leaseUntil, expiresAt: r.expiresAt })
+    }
+    return out
   }
 
   readonly #epoch = randomUUID()

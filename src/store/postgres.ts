@@ -24,8 +24,8 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
-import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, timelineSql } from '../audit/sql.js'
 import type { AuditEntry, AuditLog } from '../audit/types.js'
 import { batcher } from './batch.js'
 
@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_records_v1 (
   PRIMARY KEY (route, scope, key)
 );
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON ${s}.fg_records_v1 (expires_at);
+CREATE INDEX IF NOT EXISTS fg_records_v1_unsettled ON ${s}.fg_records_v1 (route) WHERE state IN ('unknown', 'in_flight');
 
 CREATE TABLE IF NOT EXISTS ${s}.fg_audit_v1 (
   time bigint NOT NULL, kind text NOT NULL, replica text NOT NULL, route text NOT NULL, method text,
@@ -392,7 +393,15 @@ export class PostgresStore implements Store {
     if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw new TypeError('options.statementTimeoutMs must be a positive integer')
     this.#s = quoted(schema)
     this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
-    this.audit = { append: (batch) => this.#auditAppend(batch), query: (since, until, route) => this.#auditQuery(since, until, route) }
+    this.audit = {
+      append: (batch) => this.#auditAppend(batch),
+      query: (since, until, route) => this.#auditQuery(since, until, route),
+      timeline: (filter, since, limit) => this.#run('audit_timeline', async () => {
+        const q = timelineSql(`${this.#s}.fg_audit_v1`, (n) => `$${n}`, filter, since, limit)
+        const { rows } = await this.#pool.query(q.text, q.values)
+        return rows.map(entryFromRow)
+      }),
+    }
     // a batch per operation and event-loop turn; a quarter of the pool each at most (audit and
     // markers need connections too)
     const batches = { maxInFlight: Math.max(1, Math.floor(pool / 4)), isolate: refusedAndRolledBack }
@@ -612,6 +621,25 @@ export class PostgresStore implements Store {
         values: [since, until, route ?? null],
       })
       return countsFromRows(rows)
+    })
+  }
+
+  unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
+    const { route, limit = 1000 } = options
+    return this.#run('unknowns', async () => {
+      const { rows } = await this.#pool.query<{ route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string }>({
+        name: 'fg_unknowns',
+        text: `SELECT route, scope, key, state, reason, lease_until, expires_at FROM ${this.#s}.fg_records_v1
+          WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= $1) AND expires_at > $1
+            AND ($2::text IS NULL OR route = $2) LIMIT $3`,
+        values: [now, route ?? null, limit],
+      })
+      return rows.map((r) => ({
+        key: { route: r.route, scope: r.scope, key: r.key },
+        reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
+        leaseUntil: Number(r.lease_until),
+        expiresAt: Number(r.expires_at),
+      }))
     })
   }
 

@@ -27,8 +27,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason } from './types.js'
-import { aggregate, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
+import { aggregate, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from '../audit/types.js'
 
 export interface RedisStoreOptions {
   /** redis:// or rediss:// URL */
@@ -204,6 +204,9 @@ const KEY_SPECIAL = /[%{}:]/
 const part = (s: string): string =>
   KEY_SPECIAL.test(s) ? s.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : s // most parts have none: no copy
 
+/** The inverse of `part`. */
+const unpart = (s: string): string => (s.includes('%') ? s.replace(/%([0-9A-F]{2})/g, (_, h: string) => String.fromCharCode(parseInt(h, 16))) : s)
+
 const REASONS = new Set<UnknownReason>(['timeout', 'reset', 'client_abort', 'crash'])
 const asReason = (b: Buffer | undefined): UnknownReason => {
   const s = b?.toString() as UnknownReason
@@ -285,6 +288,11 @@ export class RedisStore implements Store {
     this.audit = {
       append: (batch) => this.#auditAppend(batch),
       query: (since, until, route) => this.#auditQuery(since, until, route),
+      timeline: (filter, since, limit) => this.#run('audit_timeline', async () => {
+        const out: AuditEntry[] = []
+        await this.#auditScan(since, (e) => { if (e.time >= since && inTimeline(e, filter)) out.push(e) })
+        return out.sort((a, b) => a.time - b.time).slice(-limit)
+      }),
     }
   }
 
@@ -398,6 +406,40 @@ export class RedisStore implements Store {
     })
   }
 
+  /**
+   * SCANs the prefix's record keys (COUNT 1000 a step) and reads each one's state in one
+   * pipeline per step: O(records) on the server, so the gauge reads it at most every 15 s.
+   */
+  unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
+    const { route, limit = 1000 } = options
+    return this.#run('unknowns', async () => {
+      const head = `{${this.#prefix}:r:`
+      const match = `${head.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}${route !== undefined ? `${part(route).replace(/[*?[\]\\]/g, (c) => `\\${c}`)}:` : ''}*`
+      const out: UnknownRecord[] = []
+      let cursor = '0'
+      do {
+        const [next, keys] = await this.#redis.scan(cursor, 'MATCH', match, 'COUNT', 1000)
+        cursor = next
+        if (!keys.length) continue
+        const pipe = this.#redis.pipeline()
+        for (const k of keys) pipe.hmget(k, 'state', 'lease', 'exp', 'reason')
+        const replies = (await pipe.exec()) ?? []
+        for (let i = 0; i < keys.length && out.length < limit; i++) {
+          const [err, v] = replies[i] ?? []
+          if (err || !v) continue
+          const [state, lease, exp, reason] = v as (string | null)[]
+          const leaseUntil = Number(lease ?? 0), expiresAt = Number(exp ?? 0)
+          if (expiresAt <= now) continue
+          const crashed = state === 'in_flight' && leaseUntil <= now
+          if (state !== 'unknown' && !crashed) continue
+          const [r, scope, key] = keys[i].slice(head.length, -1).split(':').map(unpart)
+          out.push({ key: { route: r, scope, key }, reason: crashed ? 'crash' : asReason(reason === null ? undefined : Buffer.from(reason)), leaseUntil, expiresAt })
+        }
+      } while (cursor !== '0' && out.length < limit)
+      return out
+    })
+  }
+
   /** XADD per entry; the last one trims entries older than the retention (MINID ~, by the stream's ms ids). */
   #auditAppend(batch: readonly AuditEntry[]): Promise<void> {
     return this.#run('audit_append', async () => {
@@ -414,20 +456,25 @@ export class RedisStore implements Store {
    */
   #auditQuery(since: number, until: number, route?: string): Promise<AuditCounts[]> {
     return this.#run('audit_query', async () => {
-      const key = this.#key('audit')
       const entries: AuditEntry[] = []
-      let start = String(Math.max(0, since - 60_000))
-      for (;;) {
-        const page = await this.#redis.xrange(key, start, '+', 'COUNT', 1000)
-        for (const [, fields] of page) {
-          const i = fields.indexOf('e')
-          if (i >= 0) try { entries.push(JSON.parse(fields[i + 1]) as AuditEntry) } catch { /* not ours */ }
-        }
-        if (page.length < 1000) break
-        start = `(${page[page.length - 1][0]}`
-      }
+      await this.#auditScan(since, (e) => entries.push(e))
       return aggregate(entries, since, until, route)
     })
+  }
+
+  /** Every entry of the stream from a minute before `since` (its ids are Redis's clock), 1000 a page. */
+  async #auditScan(since: number, each: (e: AuditEntry) => void): Promise<void> {
+    const key = this.#key('audit')
+    let start = String(Math.max(0, since - 60_000))
+    for (;;) {
+      const page = await this.#redis.xrange(key, start, '+', 'COUNT', 1000)
+      for (const [, fields] of page) {
+        const i = fields.indexOf('e')
+        if (i >= 0) try { each(JSON.parse(fields[i + 1]) as AuditEntry) } catch { /* not ours */ }
+      }
+      if (page.length < 1000) break
+      start = `(${page[page.length - 1][0]}`
+    }
   }
 
   ping(): Promise<void> {

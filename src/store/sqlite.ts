@@ -9,21 +9,34 @@
  * transaction, in the order they were asked, attempt log entries included; their promises settle
  * only after the COMMIT, so nothing is acknowledged before it is durable. Each check-and-set
  * stays atomic (the batch holds the write lock from its first read to its commit).
+ *
+ * Another process's lock (another gateway, `fencegate audit`/`resolve`, a `sqlite3` shell):
+ * better-sqlite3 is synchronous, so SQLite's own busy_timeout would wait on the event-loop
+ * thread and stall every request of the process. Once the file is initialised the connection
+ * runs with busy_timeout 0: a locked database answers SQLITE_BUSY at once, the batch is rolled
+ * back and put back at the head of the queue (later calls never overtake it), and it is tried
+ * again after a short pause (1 ms doubling to 20 ms) while the event loop serves everything
+ * else. Each call fails with StoreError once `busyTimeoutMs` has passed since it was made.
+ * Reads and the calls outside the group commit (resolve, acceptLoss, ping) retry the same way.
  */
 import { mkdirSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db, type Statement } from 'better-sqlite3'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
-import { recordId } from './memory.js'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store } from './types.js'
-import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows } from '../audit/sql.js'
+import { recordId, parseRecordId } from './memory.js'
+import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord, type UnknownReason } from './types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, timelineSql } from '../audit/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog } from '../audit/types.js'
 
 export interface SqliteStoreOptions {
   /** database file; its folder is created when missing */
   path: string
-  /** how long to wait for another process's write lock, ms; default 1000 */
+  /**
+   * how long a call waits for another process's lock before it fails with StoreError, ms;
+   * default 1000. The wait is asynchronous (retries on timers), except when the file is opened
+   * and initialised, which waits in the constructor.
+   */
   busyTimeoutMs?: number
   /** `normal` (default) survives a process crash, `full` also a power loss */
   synchronous?: 'normal' | 'full'
@@ -39,6 +52,8 @@ interface Pending {
   run: () => unknown
   resolve: (v: unknown) => void
   reject: (e: unknown) => void
+  /** performance.now() when the call was made */
+  queued: number
   /** set inside the batch transaction, settled after COMMIT */
   result?: { ok: true; value: unknown } | { ok: false; error: unknown }
 }
@@ -65,6 +80,7 @@ CREATE TABLE IF NOT EXISTS fg_records_v1 (
   status INTEGER, headers TEXT, body BLOB, reason TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON fg_records_v1 (expires_at);
+CREATE INDEX IF NOT EXISTS fg_records_v1_unsettled ON fg_records_v1 (state) WHERE state IN ('unknown', 'in_flight');
 CREATE TABLE IF NOT EXISTS fg_audit_v1 (
   time INTEGER NOT NULL, kind TEXT NOT NULL, replica TEXT NOT NULL, route TEXT NOT NULL, method TEXT,
   resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
@@ -99,9 +115,16 @@ const toRow = (id: string, r: IdemRecord) => ({
   reason: r.reason ?? null,
 })
 
+/** SQLITE_BUSY and its extended codes: another connection holds a lock; worth trying again. */
+const isBusy = (e: unknown): boolean => String((e as { code?: unknown } | null)?.code ?? '').startsWith('SQLITE_BUSY')
+/** pauses between tries while the database is locked, ms: the first, and the longest */
+const FIRST_PAUSE_MS = 1
+const LONGEST_PAUSE_MS = 20
+
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
-  readonly inProcess = true
+  /** false: a call may wait (on timers) for another process's lock, so guardStore races it */
+  readonly inProcess = false
   /** set when the file was first initialised; a different value later means the file was replaced */
   readonly epoch: string
   readonly #path: string
@@ -116,6 +139,7 @@ export class SqliteStore implements Store {
   readonly #recPut: Statement
   readonly #recDel: Statement
   readonly #renew: Statement
+  readonly #unknowns: Statement
   readonly #reap: Statement
   readonly #fenceOp: (resource: string, token: bigint) => FenceResult
   readonly #claimOp: (id: string, req: ClaimRequest, now: number) => ClaimResult
@@ -124,7 +148,12 @@ export class SqliteStore implements Store {
   readonly #releaseOp: (id: string, claimId: string) => void
   readonly #batchTx: (batch: Pending[]) => void
   #pending: Pending[] = []
-  #flushing = false
+  /** set while a flush is due (next turn, or after a pause while locked): cancels it */
+  #cancelFlush?: () => void
+  /** the pause before the next try of a locked batch, ms; 0 after a batch went through */
+  #pause = 0
+  /** how long a call may wait for another process's lock, ms */
+  readonly #busyTimeoutMs: number
   readonly #reaper?: NodeJS.Timeout
   readonly #pingTx: () => void
   readonly #resolveTx: (id: string, as: Resolution, ttlMs: number, now: number) => ResolveResult
@@ -136,6 +165,7 @@ export class SqliteStore implements Store {
     const { path, busyTimeoutMs = 1000, synchronous = 'normal', reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000 } = options
     if (typeof path !== 'string' || !path) throw new TypeError('options.path must be a non-empty string')
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new TypeError('options.busyTimeoutMs must be a non-negative integer')
+    this.#busyTimeoutMs = busyTimeoutMs
     try {
       if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
       this.#db = new Database(path, { timeout: busyTimeoutMs })
@@ -146,6 +176,9 @@ export class SqliteStore implements Store {
       this.epoch = (this.#db.prepare("SELECT value FROM fg_meta_v1 WHERE name = 'epoch'").get() as { value: string }).value
       this.#path = path
       this.#inode = path === ':memory:' ? 0 : statSync(path).ino
+      // from here on a locked database answers SQLITE_BUSY at once, and the wait is on timers
+      // (see the file's header): SQLite's busy handler would sleep on the event-loop thread
+      this.#db.pragma('busy_timeout = 0')
     } catch (e) {
       throw new StoreError(`cannot open SQLite store at ${path}: ${(e as Error).message}`, 'open', { cause: e })
     }
@@ -161,6 +194,10 @@ export class SqliteStore implements Store {
     this.#recPut = db.prepare(`INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason)
       VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason)`)
     this.#recDel = db.prepare('DELETE FROM fg_records_v1 WHERE id = ?')
+    // the route's records start with its name and a newline (recordId)
+    this.#unknowns = db.prepare(`SELECT id, state, reason, lease_until, expires_at FROM fg_records_v1
+      WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= @now) AND expires_at > @now
+        AND (@route IS NULL OR substr(id, 1, length(@route) + 1) = @route || char(10)) LIMIT @limit`)
     this.#renew = db.prepare("UPDATE fg_records_v1 SET lease_until = ? WHERE id = ? AND claim_id = ? AND state = 'in_flight'")
     this.#reap = db.prepare('DELETE FROM fg_records_v1 WHERE id IN (SELECT id FROM fg_records_v1 WHERE expires_at <= ? LIMIT 1000)')
 
@@ -206,7 +243,11 @@ export class SqliteStore implements Store {
     // the old state and then both write (and no deadlock upgrading a read lock).
     this.#batchTx = db.transaction((batch: Pending[]) => {
       for (const p of batch) {
-        try { p.result = { ok: true, value: p.run() } } catch (error) { p.result = { ok: false, error } }
+        try { p.result = { ok: true, value: p.run() } } catch (error) {
+          // locked out mid-batch (a rollback journal spilling to the file): the whole batch waits
+          if (isBusy(error)) throw error
+          p.result = { ok: false, error }
+        }
       }
     }).immediate
     this.#pingTx = db.transaction(() => {}).immediate
@@ -216,41 +257,102 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * Runs `fn` (a read, or a write in its own transaction) now; while another process holds the
+   * lock, again after a pause, until `busyTimeoutMs` since the call has passed.
+   */
   #run<T>(op: string, fn: () => T): Promise<T> {
-    try {
-      return Promise.resolve(fn())
-    } catch (e) {
-      return Promise.reject(new StoreError(`sqlite ${op}: ${(e as Error).message}`, op, { cause: e }))
-    }
+    const queued = performance.now()
+    let pause = FIRST_PAUSE_MS
+    return new Promise<T>((resolve, reject) => {
+      const attempt = () => {
+        try {
+          resolve(fn())
+        } catch (e) {
+          this.#rollback()
+          const left = queued + this.#busyTimeoutMs - performance.now()
+          if (!isBusy(e) || left <= 0) return reject(this.#error(op, e, queued))
+          setTimeout(attempt, Math.min(pause, left))
+          pause = Math.min(pause * 2, LONGEST_PAUSE_MS)
+        }
+      }
+      attempt()
+    })
   }
 
   /** Queues a write for the next group commit (see the file's header). */
   #write<T>(op: string, run: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.#pending.push({ op, run, resolve: resolve as (v: unknown) => void, reject })
-      if (!this.#flushing) {
-        this.#flushing = true
-        setImmediate(() => this.#flush())
-      }
+      this.#pending.push({ op, run, resolve: resolve as (v: unknown) => void, reject, queued: performance.now() })
+      if (!this.#cancelFlush) this.#schedule()
     })
   }
 
+  /** Flushes on the next turn of the event loop, or after `pauseMs`. */
+  #schedule(pauseMs?: number): void {
+    if (pauseMs === undefined) {
+      const next = setImmediate(() => this.#flush())
+      this.#cancelFlush = () => clearImmediate(next)
+    } else {
+      const next = setTimeout(() => this.#flush(), pauseMs)
+      this.#cancelFlush = () => clearTimeout(next)
+    }
+  }
+
   #flush(): void {
-    this.#flushing = false
+    this.#cancelFlush?.()
+    this.#cancelFlush = undefined
     const batch = this.#pending
+    if (!batch.length) return
     this.#pending = []
     try {
       this.#batchTx(batch)
     } catch (e) {
+      this.#rollback()
+      if (isBusy(e)) return this.#wait(batch, e)
       // the commit (or BEGIN) failed: nothing of the batch is durable, so nothing is acknowledged
-      for (const p of batch) p.reject(new StoreError(`sqlite ${p.op}: ${(e as Error).message}`, p.op, { cause: e }))
+      for (const p of batch) p.reject(this.#error(p.op, e, p.queued))
       return
     }
+    this.#pause = 0
     for (const p of batch) {
       const r = p.result!
       if (r.ok) p.resolve(r.value)
-      else p.reject(new StoreError(`sqlite ${p.op}: ${(r.error as Error).message}`, p.op, { cause: r.error }))
+      else p.reject(this.#error(p.op, r.error, p.queued))
     }
+  }
+
+  /**
+   * Another process holds the lock, and the batch was rolled back: its calls whose time is up
+   * fail; the others go back to the head of the queue, ahead of any call made since, in their
+   * order, and are tried again after a pause that ends no later than the first one's time.
+   */
+  #wait(batch: Pending[], e: unknown): void {
+    const now = performance.now()
+    const waiting: Pending[] = []
+    for (const p of batch) {
+      if (now - p.queued >= this.#busyTimeoutMs) p.reject(this.#error(p.op, e, p.queued))
+      else waiting.push(p)
+    }
+    this.#pending = waiting.concat(this.#pending)
+    if (!this.#pending.length) return
+    this.#pause = Math.min(Math.max(this.#pause * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS)
+    // the queue is in the order the calls were made: the first one's time runs out first
+    this.#schedule(Math.max(0, Math.min(this.#pause, this.#pending[0].queued + this.#busyTimeoutMs - now)))
+  }
+
+  /** Ends a transaction a failed statement left open (better-sqlite3 normally has rolled it back). */
+  #rollback(): void {
+    try {
+      if (this.#db.open && this.#db.inTransaction) this.#db.exec('ROLLBACK')
+    } catch { /* nothing left to undo */ }
+  }
+
+  #error(op: string, e: unknown, queued: number): StoreError {
+    const why = isBusy(e)
+      ? `the database is locked by another process (gave up after ${Math.round(performance.now() - queued)} ms)`
+      : (e as Error).message
+    return new StoreError(`sqlite ${op}: ${why}`, op, { cause: e })
   }
 
   fence(resource: string, token: bigint): Promise<FenceResult> {
@@ -286,6 +388,19 @@ export class SqliteStore implements Store {
     return this.#run('resolve', () => this.#resolveTx(recordId(key), as, ttlMs, now))
   }
 
+  unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
+    const { route, limit = 1000 } = options
+    return this.#run('unknowns', () => {
+      const rows = this.#unknowns.all({ now, route: route ?? null, limit }) as { id: string; state: string; reason: UnknownReason | null; lease_until: number; expires_at: number }[]
+      return rows.map((r) => ({
+        key: parseRecordId(r.id),
+        reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
+        leaseUntil: r.lease_until,
+        expiresAt: r.expires_at,
+      }))
+    })
+  }
+
   /** Deletes up to 1000 expired records; returns how many. */
   reap(now: number): number {
     return this.#reap.run(now).changes
@@ -304,12 +419,13 @@ export class SqliteStore implements Store {
   }
 
   acceptLoss(): Promise<string> {
-    return this.#run('accept_loss', () => {
+    // one transaction: retried whole while another process holds the lock
+    return this.#run('accept_loss', () => this.#db.transaction(() => {
       const epoch = (this.#metaGet.get('epoch') as string | undefined) ?? randomUUID()
       this.#metaPut.run('epoch', epoch)
       this.#metaPut.run('accepted', epoch)
       return epoch
-    })
+    }).immediate())
   }
 
   /** Takes and gives back the write lock: a read alone would pass while writers are locked out. */
@@ -319,7 +435,11 @@ export class SqliteStore implements Store {
 
   async close(): Promise<void> {
     if (this.#reaper) clearInterval(this.#reaper)
-    if (this.#pending.length) this.#flush()
+    // what was asked before close() still commits, or fails once its time is up
+    while (this.#pending.length && this.#db.open) {
+      this.#flush()
+      if (this.#pending.length) await new Promise((r) => setTimeout(r, this.#pause))
+    }
     if (this.#db.open) this.#db.close()
   }
 }
@@ -338,6 +458,10 @@ function sqliteAuditLog(db: Db, retentionMs: number, run: <T>(op: string, fn: ()
   return {
     // in the group commit with the records (one transaction per event-loop turn)
     append: (batch) => write('audit_append', () => append(batch)),
+    timeline: (filter, since, limit) => run('audit_timeline', () => {
+      const q = timelineSql('fg_audit_v1', () => '?', filter, since, limit)
+      return (db.prepare(q.text).all(...q.values) as Record<string, unknown>[]).map(entryFromRow)
+    }),
     query: (since, until, route) => run('audit_query', (): AuditCounts[] =>
       countsFromRows(query.all({ p1: since, p2: until, p3: route ?? null }) as Record<string, unknown>[])),
   }

@@ -92,6 +92,19 @@ export type ClaimResult =
   | { kind: 'unknown'; reason: UnknownReason; abandoned?: true }
   | { kind: 'mismatch' }
 
+/**
+ * A record whose outcome is unknown, as `Store.unknowns` lists it: finished as unknown by its
+ * gateway, or still in flight past its lease (its gateway stopped), which counts as reason `crash`.
+ */
+export interface UnknownRecord {
+  key: RecordKey
+  reason: UnknownReason
+  /** when the lease ran out, epoch ms, for a crashed holder; 0 when the attempt itself finished as unknown */
+  leaseUntil: number
+  /** when the record is forgotten and the key usable as new, epoch ms */
+  expiresAt: number
+}
+
 /** What an operator declares about an attempt whose outcome is unknown (`fencegate resolve`). */
 export type Resolution = 'completed' | 'failed'
 
@@ -164,6 +177,12 @@ export interface Store {
    * status 0, which later claims report as `not_stored` (409 response-not-stored).
    */
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult>
+  /**
+   * Every record now in the unknown state (see `UnknownRecord`), at most `limit` (default 1000),
+   * only `route`'s when given; in no particular order. Off the request path: `fencegate unknown`,
+   * admin `GET /unknown` and the `fencegate_unknown_outcomes_unresolved` gauge read it.
+   */
+  unknowns(now: number, options?: { route?: string; limit?: number }): Promise<UnknownRecord[]>
   /** The attempt log kept by this store (contract §8). */
   readonly audit: AuditLog
   /**

@@ -509,6 +509,46 @@ export function describeStoreConformance(
       })
     })
 
+    describe('unknowns (the records an operator must settle)', () => {
+      const sorted = (xs: Awaited<ReturnType<Store['unknowns']>>) => xs.map((u) => ({ ...u, key: { ...u.key } })).sort((a, b) => (a.key.key < b.key.key ? -1 : 1))
+
+      test('lists finished-unknown records and in-flight ones past their lease (crash), nothing else, per route', async () => {
+        const s = await open()
+        const scoped = key('k-timeout', 'POST /orders', 'b'.repeat(64))
+        await s.claim(scoped, req('c1'), T0)
+        await s.finish(scoped, 'c1', { kind: 'unknown', reason: 'timeout' }, 60_000, T0 + 100)
+        await s.claim(key('k-crash:%{x}'), req('c2', { leaseMs: 1_000 }), T0)
+        await s.claim(key('k-live'), req('c3', { leaseMs: 10_000 }), T0)
+        await s.claim(key('k-done'), req('c4'), T0)
+        await s.finish(key('k-done'), 'c4', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 100)
+        await s.claim(key('k-other', 'POST /refunds'), req('c5'), T0)
+        await s.finish(key('k-other', 'POST /refunds'), 'c5', { kind: 'unknown', reason: 'reset' }, 60_000, T0 + 100)
+
+        expect(sorted(await s.unknowns(T0 + 2_000, { route: 'POST /orders' }))).toEqual([
+          { key: key('k-crash:%{x}'), reason: 'crash', leaseUntil: T0 + 1_000, expiresAt: T0 + 86_400_000 },
+          { key: scoped, reason: 'timeout', leaseUntil: 0, expiresAt: T0 + 60_100 },
+        ])
+        expect((await s.unknowns(T0 + 2_000)).map((u) => u.key.key).sort()).toEqual(['k-crash:%{x}', 'k-other', 'k-timeout'])
+        expect(await s.unknowns(T0 + 2_000, { route: 'GET /nothing' })).toEqual([])
+        // resolved, or past its ttl: gone from the list
+        await s.resolve(scoped, 'failed', 60_000, T0 + 3_000)
+        expect((await s.unknowns(T0 + 3_000, { route: 'POST /orders' })).map((u) => u.key.key)).toEqual(['k-crash:%{x}'])
+        expect((await s.unknowns(T0 + 70_000, { route: 'POST /refunds' }))).toEqual([])
+      })
+
+      test('a crash found by a later claim stays listed; limit caps the list', async () => {
+        const s = await open()
+        for (let i = 0; i < 5; i++) {
+          await s.claim(key(`k${i}`), req(`c${i}`, { leaseMs: 1_000 }), T0)
+        }
+        expect((await s.claim(key('k0'), req('probe'), T0 + 1_500)).kind).toBe('unknown')
+        const all = await s.unknowns(T0 + 1_500)
+        expect(all.map((u) => u.key.key).sort()).toEqual(['k0', 'k1', 'k2', 'k3', 'k4'])
+        expect(all.every((u) => u.reason === 'crash')).toBe(true)
+        expect((await s.unknowns(T0 + 1_500, { limit: 2 })).length).toBe(2)
+      })
+    })
+
     describe('finish(unknown)', () => {
       test('reason timeout, retryUnknown=false: claims report unknown/timeout', async () => {
         const s = await open()
@@ -662,6 +702,27 @@ export function describeStoreConformance(
         expect((await s.audit.query(now - 8_000_000, now + 1, 'pay'))[0].attempts).toBe(9)
       })
 
+      test('timeline: the entries of some key hashes or of one resource, oldest first, every field kept, capped at the newest `limit`', async () => {
+        const s = await open()
+        const full = at(-900, { method: 'POST', outcome: 'outcome_unknown', keyHash: 'k1', token: '33', resource: 'account:a', fingerprint: 'fp', result: 'stored', unknown: 'timeout', abandoned: true, duplicate: true, overtaken: true, status: 504, upstreamStatus: 201, durationMs: 2.25, traceId: 'ab'.repeat(16) })
+        await s.audit.append([
+          at(-7_200_000, { outcome: 'forwarded', keyHash: 'k1' }), // before `since`
+          at(-1000, { outcome: 'forwarded', keyHash: 'k2', resource: 'account:b' }),
+          full,
+          at(-800, { outcome: 'stale', resource: 'account:a', token: '32' }),
+          at(-700, { outcome: 'replayed', keyHash: 'k1', route: 'other' }),
+          { time: now - 600, kind: 'resolve', replica: 'cli:1', route: 'pay', keyHash: 'k1', resolution: 'failed' },
+        ])
+        const since = now - 3_600_000
+        const k1 = await s.audit.timeline({ keyHashes: ['k1'], route: 'pay' }, since, 100)
+        expect(k1).toEqual([full, { time: now - 600, kind: 'resolve', replica: 'cli:1', route: 'pay', keyHash: 'k1', resolution: 'failed' }])
+        expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'] }, since, 100)).map((e) => e.time - now)).toEqual([-1000, -900, -700, -600])
+        expect((await s.audit.timeline({ resource: 'account:a' }, since, 100)).map((e) => e.outcome)).toEqual(['outcome_unknown', 'stale'])
+        expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'] }, since, 2)).map((e) => e.time - now)).toEqual([-700, -600])
+        expect(await s.audit.timeline({ keyHashes: ['none'] }, since, 100)).toEqual([])
+        expect(await s.audit.timeline({}, since, 100)).toEqual([])
+      })
+
       test('unknown outcomes count as resolved once a resolve entry for the key follows them', async () => {
         const s = await open()
         await s.audit.append([
@@ -719,6 +780,7 @@ export function describeStoreConformance(
           ['finish', () => s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 1)],
           ['release', () => s.release(key(), 'c1')],
           ['renew', () => s.renew(key(), 'c1', 1_000, T0 + 1)],
+          ['unknowns', () => s.unknowns(T0 + 1)],
           ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
           ['ping', () => s.ping()],
         ]
