@@ -11,6 +11,8 @@ import { Problem } from './problems.js'
 import type { Config } from './config/schema.js'
 import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
 import { resolveKey, type ResolveRequest } from './audit/resolve.js'
+import { listUnknown } from './audit/unknown.js'
+import { buildTimeline } from './audit/timeline.js'
 import { storeProblem } from './store/problem.js'
 import type { StateWatch } from './store/state.js'
 
@@ -71,7 +73,23 @@ export function createAdmin({ token, store, metrics, accepting, config, watch }:
       }
       return c.json(await buildReport(config, store.audit, since, now, route))
     })
-    // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as}
+    // contract §8: one key's or resource's attempts, oldest first
+    app.get('/audit/timeline', async (c) => {
+      const now = Date.now()
+      const sinceText = c.req.query('since')
+      const since = sinceText === undefined ? now - config.audit.retention : parseSince(sinceText, now)
+      if (since === undefined) throw new Problem('bad-request', `since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(sinceText)}.`)
+      return c.json(await buildTimeline(config, store.audit, { route: c.req.query('route'), keyHash: c.req.query('keyHash'), key: c.req.query('key'), scope: c.req.query('scope'), resource: c.req.query('resource'), since }))
+    })
+    // contract §8: the records now in the unknown state, to be settled with POST /resolve {keyHash}
+    app.get('/unknown', async (c) => {
+      const route = c.req.query('route')
+      if (route !== undefined && !config.routes.some((r) => r.name === route)) {
+        throw new Problem('bad-request', `No route named ${JSON.stringify(route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
+      }
+      return c.json(await listUnknown(config, store, Date.now(), route))
+    })
+    // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as} or {route, keyHash, as}
     app.post('/resolve', async (c) => {
       let body: Partial<ResolveRequest>
       try {
@@ -83,6 +101,6 @@ export function createAdmin({ token, store, metrics, accepting, config, watch }:
       return c.json(await resolveKey(config, store, body as ResolveRequest))
     })
   }
-  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /resolve' : ''}.`).toResponse())
+  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /audit/timeline, /unknown, /resolve' : ''}.`).toResponse())
   return app
 }

@@ -4,7 +4,9 @@
  * fencegate check-config [--config PATH]              validate a config: exit 0, or 2 with one line per problem
  * fencegate migrate [--config PATH]                   create or update the store's schema (postgres)
  * fencegate audit [--config PATH] [--since 1h] [--route NAME] [--json]   the exactly-once report (contract §8)
- * fencegate resolve [--config PATH] --route NAME --key KEY [--scope S] --as completed|failed   settle an unknown outcome
+ * fencegate audit [--config PATH] (--key-hash H | --key K [--scope S] --route NAME | --resource R)   one key's or resource's timeline
+ * fencegate resolve [--config PATH] --route NAME (--key KEY [--scope S] | --key-hash H) --as completed|failed   settle an unknown outcome
+ * fencegate unknown [--config PATH] [--route NAME] [--json]   list the unknown outcomes to settle
  * fencegate store accept-loss [--config PATH]         accept that the store lost its state; gateways serve again
  *
  * The config comes from --config, else $FENCEGATE_CONFIG, else ./config/fencegate.yaml.
@@ -22,13 +24,15 @@ import { startPrimary, startWorker, workersRefusal } from './cluster.js'
 import { migrateStore, openStore } from './store/index.js'
 import { createLogger } from './log.js'
 import { VERSION } from './version.js'
-import { auditCommand, resolveCommand } from './audit/cli.js'
+import { auditCommand, resolveCommand, unknownCommand } from './audit/cli.js'
 
 const USAGE = `usage: fencegate [start] [--config PATH] [--with-sample] [--workers N]
        fencegate check-config [--config PATH]
        fencegate migrate [--config PATH]
        fencegate audit [--config PATH] [--since 1h] [--route NAME] [--json]
-       fencegate resolve [--config PATH] --route NAME --key KEY [--scope S] --as completed|failed
+       fencegate audit [--config PATH] (--key-hash H | --key K [--scope S] --route NAME | --resource R) [--since 7d] [--json]
+       fencegate resolve [--config PATH] --route NAME (--key KEY [--scope S] | --key-hash H) --as completed|failed
+       fencegate unknown [--config PATH] [--route NAME] [--json]
        fencegate store accept-loss [--config PATH]
        fencegate --version`
 
@@ -52,6 +56,8 @@ async function main(argv: string[]): Promise<void> {
       key: { type: 'string' },
       scope: { type: 'string' },
       as: { type: 'string' },
+      'key-hash': { type: 'string' },
+      resource: { type: 'string' },
     } })
   } catch (e) {
     fail(2, [(e as Error).message, USAGE])
@@ -61,7 +67,7 @@ async function main(argv: string[]): Promise<void> {
   if (values.help) { process.stdout.write(`${USAGE}\n`); return }
   const command = positionals[0] === 'store' && positionals[1] === 'accept-loss' ? 'accept-loss' : positionals[0] ?? 'start'
   const words = command === 'accept-loss' ? 2 : 1
-  if (positionals.length > words || !['start', 'check-config', 'migrate', 'audit', 'resolve', 'accept-loss'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
+  if (positionals.length > words || !['start', 'check-config', 'migrate', 'audit', 'resolve', 'unknown', 'accept-loss'].includes(command)) fail(2, [`unknown command: ${positionals.join(' ')}`, USAGE])
   const file = values.config ?? process.env.FENCEGATE_CONFIG ?? (existsSync('config/fencegate.yaml') ? 'config/fencegate.yaml' : undefined)
   if (!file) fail(2, ['no config: pass --config PATH or set FENCEGATE_CONFIG', USAGE])
 
@@ -73,8 +79,8 @@ async function main(argv: string[]): Promise<void> {
     throw e
   }
   if (command === 'check-config') { process.stdout.write(`${file}: ok (${config.routes.length} route${config.routes.length === 1 ? '' : 's'})\n`); return }
-  if (command === 'audit' || command === 'resolve') {
-    const r = await (command === 'audit' ? auditCommand : resolveCommand)(config, values)
+  if (command === 'audit' || command === 'resolve' || command === 'unknown') {
+    const r = await (command === 'audit' ? auditCommand : command === 'resolve' ? resolveCommand : unknownCommand)(config, values)
     if (r.stdout) process.stdout.write(r.stdout)
     if (r.code !== 0) fail(r.code, r.stderr ?? [])
     return

@@ -62,6 +62,8 @@ export type GatewayEnv = {
   Bindings: HttpBindings
   Variables: {
     route: CompiledRoute
+    /** set first, by observe: the client's request id when sane, else a new one */
+    requestId: string
     outcome: Outcome
     /** the request body when a middleware had to read it (idempotency fingerprints it) */
     body: Buffer

@@ -15,7 +15,9 @@ import type { Store } from './store/types.js'
 import type { StateWatch } from './store/state.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { serverSpan } from './telemetry/tracing.js'
-import type { Logger } from './log.js'
+import type { Fields, Logger } from './log.js'
+import { randomUUID } from 'node:crypto'
+import type { AuditEntry } from './audit/types.js'
 import { fencing, InFlight } from './fencing/index.js'
 import { idempotency } from './idempotency/index.js'
 import { forward, createUpstream } from './forward/index.js'
@@ -57,17 +59,22 @@ function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler
  * request's SERVER span and gives it the `fencegate.*` attributes from `c.var` (contract §7);
  * queues the request's attempt log entry (contract §8): the one place every decision is written.
  */
-function observe(metrics: Metrics, audit?: AuditQueue): MiddlewareHandler<GatewayEnv> {
+function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?: AuditQueue): MiddlewareHandler<GatewayEnv> {
+  const idHeader = logConfig.requestIdHeader.toLowerCase()
+  const access = logConfig.access
   return async function observe(c, next) {
     const started = performance.now()
+    const incoming = c.env.incoming
+    const requestId = saneRequestId(incoming.headers[idHeader]) ?? randomUUID()
+    c.set('requestId', requestId)
     const annotate = serverSpan(c)
     const traceId = annotate && activeTraceId()
-    const path = c.env.incoming.url ?? '/'
+    const path = incoming.url ?? '/'
     const q = path.indexOf('?')
     if (DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) {
       const p = new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
       c.set('outcome', p.outcome)
-      c.res = p.toResponse()
+      c.res = p.toResponse(requestId, idHeader)
     } else {
       await next()
     }
@@ -78,7 +85,33 @@ function observe(metrics: Metrics, audit?: AuditQueue): MiddlewareHandler<Gatewa
     annotate?.(outcome)
     const ms = performance.now() - started
     metrics.requestDuration.observe({ route, outcome }, ms / 1000)
-    audit?.push(attemptEntry(c, outcome, code, ms, traceId))
+    const entry = attemptEntry(c, outcome, code, ms, traceId)
+    audit?.push(entry)
+    if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, q < 0 ? path : path.slice(0, q), incoming.socket?.remoteAddress))
+  }
+}
+
+/**
+ * A client's request id is used when it is 1–200 of `A-Z a-z 0-9 - _ . : / + =` (a UUID, a
+ * ULID, a trace-like id); anything else is replaced, never echoed into logs or upstream.
+ */
+const REQUEST_ID = /^[A-Za-z0-9\-_.:/+=]{1,200}$/
+function saneRequestId(v: string | string[] | undefined): string | undefined {
+  return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined
+}
+
+/** `log.access: decisions`: a request refused, replayed, or not completed, or a possible duplicate effect. */
+const isDecision = (e: AuditEntry): boolean =>
+  e.outcome !== 'forwarded' || e.unknown !== undefined || !!e.duplicate || !!e.overtaken || !!e.abandoned
+
+/** The access log line of a request: its attempt entry's facts, the path without its query, the peer. */
+function accessFields(e: AuditEntry, path: string, client: string | undefined): Fields {
+  return {
+    requestId: e.requestId, traceId: e.traceId, route: e.route, method: e.method, path, status: e.status,
+    outcome: e.outcome, durationMs: e.durationMs, resource: e.resource, token: e.token, keyHash: e.keyHash,
+    result: e.result, unknown: e.unknown, upstreamStatus: e.upstreamStatus,
+    duplicate: e.duplicate, overtaken: e.overtaken, abandoned: e.abandoned,
+    client: client?.startsWith('::ffff:') ? client.slice(7) : client,
   }
 }
 
@@ -87,9 +120,11 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   const pools: Pool[] = []
   const inFlight = new InFlight() // per process: fencing's requests in flight, by resource
   metrics.trackInFlight(inFlight)
-  app.use('*', observe(metrics, audit))
+  const idHeader = config.log.requestIdHeader.toLowerCase()
+  app.use('*', observe(metrics, log, config.log, audit))
   for (const rc of config.routes) {
-    const route = compileRoute(rc)
+    const route = compileRoute(rc, config.log.requestIdHeader)
+    metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
     const chain = [
@@ -103,12 +138,12 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   }
   app.notFound((c) => {
     c.set('outcome', 'no_route')
-    return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').toResponse()
+    return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').toResponse(c.get('requestId'), idHeader)
   })
   app.onError((err, c) => {
     if (err instanceof Problem) {
       c.set('outcome', err.outcome)
-      return err.toResponse()
+      return err.toResponse(c.get('requestId'), idHeader)
     }
     if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
       // the client left before its request was whole: nothing was forwarded, nobody to answer
@@ -117,10 +152,10 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
       c.env.outgoing.destroy()
       return RESPONSE_ALREADY_SENT
     }
-    log.error('unexpected error on the request path', { route: c.get('route')?.name, error: err.message })
+    log.error('unexpected error on the request path', { route: c.get('route')?.name, requestId: c.get('requestId'), error: err.message })
     c.set('outcome', 'upstream_error')
     if (c.env.outgoing.headersSent) { c.env.outgoing.destroy(); return RESPONSE_ALREADY_SENT }
-    return new Problem('upstream-unavailable', 'The gateway failed to handle the request.').toResponse()
+    return new Problem('upstream-unavailable', 'The gateway failed to handle the request.').toResponse(c.get('requestId'), idHeader)
   })
   return { app, pools }
 }

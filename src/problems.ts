@@ -41,6 +41,12 @@ export const PROBLEMS = {
 
 export type ProblemName = keyof typeof PROBLEMS
 
+const IDEMPOTENCY_ERRORS: ReadonlySet<ProblemName> = new Set(['idempotency-key-reused', 'request-in-flight', 'outcome-unknown', 'response-not-stored'])
+
+/** Stripe's error types: `idempotency_error`, `invalid_request_error` (4xx), `api_error` (5xx). */
+const errorType = (name: ProblemName, status: number): string =>
+  IDEMPOTENCY_ERRORS.has(name) ? 'idempotency_error' : status >= 500 ? 'api_error' : 'invalid_request_error'
+
 /** A gateway-made error response; `extra` members are added to the problem body. */
 export class Problem extends Error {
   readonly status: number
@@ -63,15 +69,22 @@ export class Problem extends Error {
     this.outcome = kind.outcome
   }
 
-  /** The RFC 9457 body, serialised. */
-  body(): string {
-    return JSON.stringify({ type: this.type, title: this.title, status: this.status, detail: this.detail, ...this.extra })
+  /**
+   * The RFC 9457 body, serialised; `instance` (RFC 9457 §3.1.5) holds the request id. Also a
+   * Stripe-style `error` member ({type, code, message}), for clients that detect failure by it.
+   */
+  body(requestId?: string): string {
+    const error = { type: errorType(this.name_, this.status), code: this.name_, message: this.detail }
+    return JSON.stringify({ type: this.type, title: this.title, status: this.status, detail: this.detail, ...(requestId ? { instance: requestId } : {}), ...this.extra, error })
   }
 
-  toResponse(): Response {
-    return new Response(this.body(), {
-      status: this.status,
-      headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...this.headers },
-    })
+  /**
+   * @param requestId the request's id: the body's `instance`, and echoed in `idHeader`
+   * @param idHeader the request id header's name (lower case); default x-request-id
+   */
+  toResponse(requestId?: string, idHeader = 'x-request-id'): Response {
+    const headers: Record<string, string> = { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...this.headers }
+    if (requestId) headers[idHeader] = requestId
+    return new Response(this.body(requestId), { status: this.status, headers })
   }
 }

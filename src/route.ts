@@ -9,6 +9,8 @@ import { hash } from 'node:crypto'
 export interface CompiledRoute {
   name: string
   config: RouteConfig
+  /** the request id header, lower case (`log.requestIdHeader`): forwarded upstream and echoed */
+  requestIdHeader: string
   fencing?: { resource: Template; tokenHeader: string; required: boolean }
   idempotency?: {
     keyHeader: string
@@ -23,9 +25,10 @@ export interface CompiledRoute {
 /** hex SHA-256; `crypto.hash` (Node ≥ 20.12) is one call, without a Hash object per digest. */
 export const sha256hex = (s: string | Buffer): string => hash('sha256', s, 'hex')
 
-export function compileRoute(r: RouteConfig): CompiledRoute {
+/** @param requestIdHeader `log.requestIdHeader` */
+export function compileRoute(r: RouteConfig, requestIdHeader = 'X-Request-Id'): CompiledRoute {
   const params = pathParams(r.match.path)
-  const out: CompiledRoute = { name: r.name, config: r }
+  const out: CompiledRoute = { name: r.name, config: r, requestIdHeader: requestIdHeader.toLowerCase() }
   if (r.fencing) {
     out.fencing = { resource: compileTemplate(r.fencing.resource, params), tokenHeader: r.fencing.tokenHeader.toLowerCase(), required: r.fencing.required }
   }

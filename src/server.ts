@@ -4,20 +4,24 @@
  * pools and the store.
  */
 import type { AddressInfo } from 'node:net'
-import type { Server } from 'node:http'
-import { createAdaptorServer } from '@hono/node-server'
+import { randomUUID } from 'node:crypto'
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
+import { createAdaptorServer, getRequestListener, RequestError } from '@hono/node-server'
 import type { Config } from './config/schema.js'
 import { createGateway } from './gateway.js'
 import { createAdmin } from './admin.js'
 import { openStore, guardStore } from './store/index.js'
 import { StateWatch } from './store/state.js'
 import { tooLarge } from './body.js'
+import { Problem } from './problems.js'
 import { closeUpstreams } from './forward/index.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
 import { VERSION } from './version.js'
 import { untraced } from './telemetry/tracing.js'
 import { AuditQueue } from './audit/queue.js'
+import { watchUnknown } from './audit/unknown.js'
 
 export interface Running {
   /** `http://host:port` of the proxy listener */
@@ -53,12 +57,131 @@ export interface StartOptions {
 }
 
 /**
+ * A problem (RFC 9457) the listener answers itself, before any route — outside the request
+ * metrics and the attempt log, like the requests Node's parser refuses — in the shape of
+ * Problem.body(): `instance` a new request id (a request refused this early has no other),
+ * and Stripe's `error` member.
+ */
+function listenerProblem(status: number, name: string, title: string, detail: string): { id: string; body: string } {
+  const id = randomUUID()
+  const error = { type: status >= 500 ? 'api_error' : 'invalid_request_error', code: name, message: detail }
+  return { id, body: JSON.stringify({ type: `urn:fencegate:problem:${name}`, title, status, detail, instance: id, error }) }
+}
+
+/** The header lines of a listener-made problem response; the connection is closed after it. */
+const problemHeaders = (p: { id: string; body: string }, idHeader: string): Record<string, string | number> => ({
+  'content-type': 'application/problem+json', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(p.body), connection: 'close', [idHeader]: p.id,
+})
+
+/**
+ * Refuses what the upstream could read otherwise than the gateway, before routing:
+ * - an HTTP version other than 1.0 and 1.1 (505, RFC 9110 §15.6.6): Node's parser passes
+ *   "HTTP/2.0" and "HTTP/0.9" request lines (other versions it refuses, see onClientError);
+ *   they are not HTTP/1.1 framing the gateway can vouch for;
+ * - a "#fragment" in the request target (400 bad-path): no form of request-target has one
+ *   (RFC 9112 §3.2); Hono routes and fences the path before the "#" while the target is
+ *   forwarded whole, so the upstream could read another path. Envoy refuses it too (its default
+ *   since 1.19.1; stripping is opt-in, keeping it deprecated as unsafe).
+ * The body of a refused request is never read: the connection is closed after the answer.
+ * @returns true when the request was answered
+ */
+function screened(req: IncomingMessage, res: ServerResponse, idHeader: string): boolean {
+  let p: { id: string; body: string } | undefined
+  let status = 0
+  if (req.httpVersionMajor !== 1 || (req.httpVersionMinor !== 1 && req.httpVersionMinor !== 0)) {
+    status = 505
+    p = listenerProblem(505, 'http-version-not-supported', 'HTTP version not supported', `This gateway speaks HTTP/1.1 and HTTP/1.0, not HTTP/${req.httpVersion}; nothing was forwarded.`)
+  } else if (req.url !== undefined && req.url.includes('#')) {
+    const bad = new Problem('bad-path', 'The request target carries a "#fragment", which no HTTP request target may hold (RFC 9112 §3.2); nothing was forwarded.')
+    status = bad.status
+    p = listenerProblem(bad.status, 'bad-path', bad.title, bad.detail)
+  }
+  if (!p) return false
+  res.writeHead(status, problemHeaders(p, idHeader))
+  res.end(p.body)
+  return true
+}
+
+// What Node's parser refuses (clientError), as problems instead of Node's bare status lines.
+const CLIENT_ERRORS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'request-headers-too-large', 'The request line and headers are larger than this gateway accepts.'],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'body-too-large', 'The chunk extensions of the request body are larger than this gateway accepts.'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'request-timeout', 'The request did not arrive whole within the server\'s timeouts (server.headersTimeout, server.requestTimeout).'],
+}
+const VERSION_NOT_SUPPORTED: [number, string, string] = [505, 'http-version-not-supported', 'This gateway speaks HTTP/1.1 and HTTP/1.0 only; nothing was forwarded.']
+
+/**
+ * Answers a request Node's HTTP parser refused (smuggling attempts such as Content-Length with
+ * Transfer-Encoding, bad bytes, unknown methods, oversized heads, timeouts) with a problem and
+ * closes the connection. Nothing of such a request reaches the app, hence nothing the upstream.
+ * As Node does: an answer only when no response has begun on the connection.
+ */
+function onClientError(idHeader: string) {
+  return (err: Error & { code?: string; reason?: string }, socket: Duplex): void => {
+    const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage
+    if (err.code === 'ECONNRESET' || !socket.writable || current?.headersSent) {
+      socket.destroy()
+      return
+    }
+    // llhttp's HPE_INVALID_VERSION also stands for a malformed request line ("Expected CRLF after version")
+    const [status, name, detail] = err.code === 'HPE_INVALID_VERSION' && err.reason === 'Invalid HTTP version'
+      ? VERSION_NOT_SUPPORTED
+      : CLIENT_ERRORS[err.code ?? ''] ?? [400, 'request-malformed', `The request is not well-formed HTTP/1.1 (${err.code ?? 'parse error'}${err.reason ? `: ${err.reason}` : ''}); nothing was forwarded.`]
+    const reason = STATUS_CODES[status] ?? 'Bad Request'
+    const p = listenerProblem(status, name, reason, detail)
+    const head = Object.entries(problemHeaders(p, idHeader)).map(([k, v]) => `${k}: ${v}\r\n`).join('')
+    socket.end(`HTTP/1.1 ${status} ${reason}\r\n${head}\r\n${p.body}`, () => socket.destroy())
+  }
+}
+
+/**
+ * How often Node looks for connections past headersTimeout or requestTimeout: a tenth of the
+ * shorter one, at most every second (Node's default, 30 s, would let a slow client hold its
+ * connection up to 30 s past the timeout).
+ */
+const checkingInterval = (s: Config['server']): number =>
+  Math.min(1000, Math.max(10, Math.floor(Math.min(s.headersTimeout, s.requestTimeout) / 10)))
+
+/**
+ * What @hono/node-server cannot make a Request of (a target such as "*" or "x", a bad Host
+ * header, a raw backslash in the path): a 400 problem instead of its bare 400. Nothing was routed.
+ */
+function unusableRequest(idHeader: string) {
+  return (err: unknown): Response => {
+    const bad = err instanceof RequestError
+    const p = bad
+      ? listenerProblem(400, 'request-malformed', 'Bad Request', `The request cannot be routed (${(err as Error).message}); nothing was forwarded.`)
+      : listenerProblem(502, 'upstream-unavailable', 'Upstream unavailable', 'The gateway failed to handle the request.')
+    const { 'content-length': _, ...headers } = problemHeaders(p, idHeader)
+    return new Response(p.body, { status: bad ? 400 : 502, headers: headers as Record<string, string> })
+  }
+}
+
+/** The proxy listener: Hono's listener behind `screened`, with the configured client timeouts. */
+function createProxyServer(fetch: Parameters<typeof getRequestListener>[0], config: Config): Server {
+  const idHeader = config.log.requestIdHeader.toLowerCase()
+  const listener = getRequestListener(fetch, { autoCleanupIncoming: false, errorHandler: unusableRequest(idHeader) })
+  const s = config.server
+  const server = createServer({
+    headersTimeout: s.headersTimeout,
+    requestTimeout: s.requestTimeout,
+    connectionsCheckingInterval: checkingInterval(s),
+    // a missing Host is still refused (by unusableRequest, as a problem, not Node's bare 400)
+    requireHostHeader: false,
+  }, (req, res) => { if (!screened(req, res, idHeader)) void listener(req, res) })
+  server.keepAliveTimeout = s.keepAliveTimeout
+  server.on('clientError', onClientError(idHeader))
+  return server
+}
+
+/**
  * `Expect: 100-continue` (RFC 9110 §10.1.1): a body larger than every route accepts is refused
  * with 413 before the client sends it; any other request gets its 100 Continue as Node would
  * send it. (A body over a smaller route's limit is refused after routing, once it is sent.)
  */
-function refuseHopelessUploads(server: Server, largest: number): void {
+function refuseHopelessUploads(server: Server, largest: number, idHeader: string): void {
   server.on('checkContinue', (req, res) => {
+    if (screened(req, res, idHeader)) return
     if (Number(req.headers['content-length'] ?? 0) > largest) {
       const p = tooLarge(largest)
       res.writeHead(p.status, { 'content-type': 'application/problem+json', connection: 'close' })
@@ -92,10 +215,11 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     throw e
   }
   let accepting = true
+  const stopUnknown = watchUnknown(config, store, metrics, log)
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
   const { app, pools } = createGateway(config, store, metrics, log, audit, watch)
-  const server = createAdaptorServer({ fetch: app.fetch, autoCleanupIncoming: false }) as Server
-  refuseHopelessUploads(server, Math.max(...config.routes.map((r) => r.maxRequestBytes)))
+  const server = createProxyServer(app.fetch, config)
+  refuseHopelessUploads(server, Math.max(...config.routes.map((r) => r.maxRequestBytes)), config.log.requestIdHeader.toLowerCase())
   const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config, watch }).fetch }) as Server
   untraced(admin) // probes and scrapes are not traffic: no spans
   let url: string, adminUrl = ''
@@ -104,6 +228,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     if (options.admin !== false) adminUrl = await listen(admin, config.admin.listen)
   } catch (e) {
     watch.stop()
+    stopUnknown()
     server.close()
     await raw.close()
     throw e
@@ -112,6 +237,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const close = () => (closing ??= (async () => {
     accepting = false
     watch.stop()
+    stopUnknown()
     const drained = new Promise<void>((r) => server.close(() => r()))
     server.closeIdleConnections()
     const grace = new Promise<'late'>((r) => setTimeout(() => r('late'), config.shutdown.grace).unref())

@@ -1,9 +1,11 @@
-// The Grafana dashboard and its provisioning files, linted (the queries themselves
-// run against a real Prometheus in prometheus.test.ts).
+// The Grafana dashboard and its provisioning files, the alert rules' runbook links and the
+// store ops the metrics start at 0, linted (the queries themselves run against a real
+// Prometheus in prometheus.test.ts).
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { describe, expect, test } from 'vitest'
 import { parse } from 'yaml'
+import { STORE_OPS } from '../src/telemetry/metrics.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const dash = JSON.parse(readFileSync(resolve(ROOT, 'dashboards/fencegate.json'), 'utf8'))
@@ -12,7 +14,15 @@ const panels: any[] = dash.panels.flatMap((p: any) => (p.type === 'row' ? p.pane
 const DS = { type: 'prometheus', uid: '${datasource}' }
 
 // PromQL functions that take a range vector: each of their selectors must use $__rate_interval
+// (or, in an instant query — a stat panel's count over the time range — $__range)
 const RANGE_FUNCTIONS = /\b(rate|irate|increase|delta|idelta|deriv|changes|resets|[a-z]+_over_time)\s*\(/g
+// metrics without a route label: not filtered by $route
+const ROUTELESS = /fencegate_store_|fencegate_audit_dropped_total/
+const inRow = (title: string): any[] => {
+  const i = dash.panels.indexOf(rows.find((r) => r.title === title))
+  const next = dash.panels.findIndex((p: any, j: number) => j > i && p.type === 'row')
+  return dash.panels.slice(i + 1, next < 0 ? undefined : next)
+}
 
 describe('dashboards/fencegate.json', () => {
   test('importable anywhere: fixed uid, datasource variable, no __inputs, current schemaVersion', () => {
@@ -26,8 +36,23 @@ describe('dashboards/fencegate.json', () => {
     expect(JSON.stringify(dash)).not.toMatch(/"uid":\s*"(?!\$\{datasource\}|-- Grafana --|fencegate-overview)[^"]*"/)
   })
 
-  test('rows: traffic, fencing, idempotency, exactly-once risk, latency', () => {
-    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Latency'])
+  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency', () => {
+    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency'])
+  })
+
+  test('panels do not overlap and fill whole rows of the 24-column grid', () => {
+    const cells = new Set<string>()
+    const problems: string[] = []
+    for (const p of dash.panels) {
+      const { x, y, w, h } = p.gridPos
+      if (x + w > 24) problems.push(`${p.title}: wider than the grid`)
+      for (let i = x; i < x + w; i++) for (let j = y; j < y + h; j++) {
+        if (cells.has(`${i},${j}`)) problems.push(`${p.title}: overlaps at ${i},${j}`)
+        cells.add(`${i},${j}`)
+      }
+    }
+    expect(problems).toEqual([])
+    expect(new Set(dash.panels.map((p: any) => p.id)).size).toBe(dash.panels.length)
   })
 
   test('every panel: title, description, unit, the datasource variable, $__rate_interval in every range function', () => {
@@ -46,28 +71,53 @@ describe('dashboards/fencegate.json', () => {
         const ranges = [...expr.matchAll(/\[([^\]]*)\]/g)].map((m) => m[1])
         const fns = expr.match(RANGE_FUNCTIONS) ?? []
         if (ranges.length !== fns.length) problems.push(`${name} ${t.refId}: ${fns.length} range functions, ${ranges.length} range selectors`)
-        for (const r of ranges) if (r !== '$__rate_interval') problems.push(`${name} ${t.refId}: range [${r}] instead of [$__rate_interval]`)
-        if (!/route=~"\$route"/.test(expr) && !/fencegate_store_/.test(expr)) problems.push(`${name} ${t.refId}: not filtered by $route`)
+        const allowed = t.instant ? '$__range' : '$__rate_interval'
+        for (const r of ranges) if (r !== allowed) problems.push(`${name} ${t.refId}: range [${r}] instead of [${allowed}]`)
+        if (!/route=~"\$route"/.test(expr) && !ROUTELESS.test(expr)) problems.push(`${name} ${t.refId}: not filtered by $route`)
       }
     }
     expect(problems).toEqual([])
   })
 
-  test('exactly-once risk: unknown outcomes, duplicate forwards and overtaken writes as stat panels, red above 0', () => {
-    const row = dash.panels.indexOf(rows.find((r) => r.title === 'Exactly-once risk'))
-    const next = dash.panels.indexOf(rows.find((r) => r.title === 'Latency'))
-    const inRow = dash.panels.slice(row + 1, next)
-    for (const [title, metric] of [['Unknown outcomes', 'fencegate_unknown_outcomes_total'], ['Duplicate forwards', 'fencegate_duplicate_forwards_total'], ['Overtaken writes', 'fencegate_fencing_overtaken_total']]) {
-      const p = inRow.find((x: any) => x.title === title)
+  test('exactly-once risk: unknown outcomes, duplicate forwards, overtaken writes and unresolved unknown outcomes as stat panels, red from 1', () => {
+    const row = inRow('Exactly-once risk')
+    for (const [title, metric] of [['Unknown outcomes', 'fencegate_unknown_outcomes_total'], ['Duplicate forwards', 'fencegate_duplicate_forwards_total'],
+      ['Overtaken writes', 'fencegate_fencing_overtaken_total'], ['Unresolved unknown outcomes', 'fencegate_unknown_outcomes_unresolved']]) {
+      const p = row.find((x: any) => x.title === title)
       expect(p, title).toBeDefined()
       expect(p.type).toBe('stat')
       expect(p.targets[0].expr).toContain(metric)
       const steps = p.fieldConfig.defaults.thresholds.steps
       expect(steps[0]).toMatchObject({ color: 'green', value: null })
-      expect(steps[1].color).toBe('red')
-      expect(steps[1].value).toBeGreaterThan(0)
-      expect(steps[1].value).toBeLessThan(0.01)
+      expect(steps[1]).toMatchObject({ color: 'red', value: 1 })
     }
+  })
+
+  test('stat panels of counters show whole counts over the time range, and 0 when there is no series', () => {
+    const counting = panels.filter((p) => p.type === 'stat' && /_total\b/.test(p.targets[0].expr))
+    expect(counting.map((p) => p.title).sort()).toEqual(['Dropped attempt-log entries', 'Duplicate forwards', 'Overtaken writes', 'Unknown outcomes'])
+    for (const p of counting) {
+      const t = p.targets[0]
+      // one instant value: each series' increase over the dashboard's range, rounded (Prometheus
+      // extrapolates increase(), so 2 events can read 2.85 unrounded), then summed
+      expect(t, p.title).toMatchObject({ instant: true, range: false })
+      expect(t.expr, p.title).toMatch(/^sum\(round\(increase\(fencegate_\w+_total(\{[^}]*\})?\[\$__range\]\)\)\)$/)
+      expect(p.fieldConfig.defaults, p.title).toMatchObject({ decimals: 0, noValue: '0' })
+      expect(p.options.reduceOptions.calcs, p.title).toEqual(['lastNotNull'])
+    }
+  })
+
+  test('store and attempt log: store up, store state lost, dropped entries, store errors', () => {
+    const row = inRow('Store and attempt log')
+    const find = (title: string) => { const p = row.find((x: any) => x.title === title); expect(p, title).toBeDefined(); return p }
+    const up = find('Store up')
+    expect(up.targets[0].expr).toBe('min by (store) (fencegate_store_up)')
+    expect(up.fieldConfig.defaults.mappings[0].options).toMatchObject({ 0: { text: 'down', color: 'red' }, 1: { text: 'up', color: 'green' } })
+    const lost = find('Store state lost')
+    expect(lost.targets[0].expr).toBe('max by (store) (fencegate_store_state_lost)')
+    expect(lost.fieldConfig.defaults.mappings).toContainEqual(expect.objectContaining({ type: 'range', options: expect.objectContaining({ from: 1, result: expect.objectContaining({ text: 'LOST', color: 'red' }) }) }))
+    expect(find('Dropped attempt-log entries').targets[0].expr).toContain('fencegate_audit_dropped_total')
+    expect(find('Store errors').targets[0].expr).toContain('fencegate_store_errors_total')
   })
 
   test('latency: request, upstream and store p50 and p99', () => {
@@ -87,5 +137,41 @@ describe('dashboards/provisioning', () => {
     const provider = parse(readFileSync(resolve(ROOT, 'dashboards/provisioning/dashboards.yaml'), 'utf8'))
     expect(provider.apiVersion).toBe(1)
     expect(provider.providers[0]).toMatchObject({ type: 'file', options: { path: expect.any(String) } })
+  })
+})
+
+describe('config/alerts/fencegate.rules.yml and docs/runbook.md', () => {
+  const rules: any[] = parse(readFileSync(resolve(ROOT, 'config/alerts/fencegate.rules.yml'), 'utf8')).groups.flatMap((g: any) => g.rules)
+  const runbook = readFileSync(resolve(ROOT, 'docs/runbook.md'), 'utf8')
+  // GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens
+  const slug = (heading: string) => heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-')
+  const anchors = new Set([...runbook.matchAll(/^#{1,6} (.+)$/gm)].map((m) => slug(m[1])))
+
+  test('every alert has a runbook_url pointing at an existing section of docs/runbook.md', () => {
+    const problems: string[] = []
+    for (const r of rules) {
+      const url: string | undefined = r.annotations?.runbook_url
+      const m = url && /^docs\/runbook\.md#([a-z0-9_-]+)$/.exec(url)
+      if (!m) problems.push(`${r.alert}: runbook_url ${JSON.stringify(url)} is not docs/runbook.md#<anchor>`)
+      else if (!anchors.has(m[1])) problems.push(`${r.alert}: no section #${m[1]} in docs/runbook.md`)
+    }
+    expect(problems).toEqual([])
+  })
+
+  test('every alert has its own section, named after it; every link inside the runbook resolves', () => {
+    const sections = [...runbook.matchAll(/^## (.+)$/gm)].map((m) => m[1])
+    expect(sections.sort()).toEqual(rules.map((r) => r.alert).sort())
+    for (const r of rules) expect(r.annotations.runbook_url).toBe(`docs/runbook.md#${slug(r.alert)}`)
+    const links = [...runbook.matchAll(/\]\(#([^)]+)\)/g)].map((m) => m[1])
+    expect(links.filter((l) => !anchors.has(l))).toEqual([])
+  })
+})
+
+describe('store ops', () => {
+  test('every op guardStore times and counts is one the metrics start at 0 (STORE_OPS)', () => {
+    const guard = readFileSync(resolve(ROOT, 'src/store/index.ts'), 'utf8')
+    const ops = [...guard.matchAll(/\b(?:call|givingBack)\(\s*'([a-z_]+)'/g)].map((m) => m[1])
+    expect(ops.length).toBeGreaterThanOrEqual(10)
+    expect(ops.filter((op) => !(STORE_OPS as readonly string[]).includes(op))).toEqual([])
   })
 })

@@ -2,7 +2,9 @@
  * `fencegate audit` and `fencegate resolve`: open the configured store (the gateway may be
  * running or not), do one thing, close it.
  *   fencegate audit   --config PATH [--since 1h] [--route NAME] [--json]
- *   fencegate resolve --config PATH --route NAME --key KEY [--scope S] --as completed|failed
+ *   fencegate audit   --config PATH (--key-hash H | --key K [--scope S] --route NAME | --resource R) [--since 7d] [--json]
+ *   fencegate resolve --config PATH --route NAME (--key KEY [--scope S] | --key-hash H) --as completed|failed
+ *   fencegate unknown --config PATH [--route NAME] [--json]
  * Exit codes: 0 done; 1 the store refused or the record could not be resolved; 2 usage or config.
  */
 import type { Config } from '../config/schema.js'
@@ -11,8 +13,10 @@ import { StoreError, type Store } from '../store/types.js'
 import { Problem } from '../problems.js'
 import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
 import { resolveKey } from './resolve.js'
+import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
+import { buildTimeline, formatTimeline } from './timeline.js'
 
-export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string }
+export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string }
 
 /** The outcome of a command: the exit code and the lines for stdout and stderr. */
 export interface CommandResult { code: number; stdout?: string; stderr?: string[] }
@@ -28,16 +32,28 @@ async function withStore<T>(config: Config, fn: (store: Store) => Promise<T>): P
 
 const memoryRefusal = (command: string): CommandResult => ({
   code: 2,
-  stderr: [`store.kind memory keeps its attempt log and records inside the gateway process, so \`fencegate ${command}\` cannot reach them: use the admin API of the running gateway (${command === 'audit' ? 'GET /audit' : 'POST /resolve'}).`],
+  stderr: [`store.kind memory keeps its attempt log and records inside the gateway process, so \`fencegate ${command}\` cannot reach them: use the admin API of the running gateway (${command === 'audit' ? 'GET /audit' : command === 'unknown' ? 'GET /unknown' : 'POST /resolve'}).`],
 })
 
 export async function auditCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
   if (config.store.kind === 'memory') return memoryRefusal('audit')
   const now = Date.now()
-  const since = parseSince(args.since ?? DEFAULT_SINCE, now)
+  const following = args.key !== undefined || args['key-hash'] !== undefined || args.resource !== undefined
+  // a timeline reaches back over the whole retention unless asked otherwise
+  const since = args.since === undefined && following ? now - config.audit.retention : parseSince(args.since ?? DEFAULT_SINCE, now)
   if (since === undefined) return { code: 2, stderr: [`--since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(args.since)}`] }
   if (args.route !== undefined && !config.routes.some((r) => r.name === args.route)) {
     return { code: 2, stderr: [`--route: no route named ${JSON.stringify(args.route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')})`] }
+  }
+  if (following) {
+    try {
+      const t = await withStore(config, (store) => buildTimeline(config, store.audit, { route: args.route, key: args.key, scope: args.scope, keyHash: args['key-hash'], resource: args.resource, since }))
+      return { code: 0, stdout: args.json ? `${JSON.stringify(t, null, 2)}\n` : `${formatTimeline(t)}\n` }
+    } catch (e) {
+      if (e instanceof Problem) return { code: 2, stderr: [`fencegate audit: ${e.detail}`] }
+      if (e instanceof StoreError) return { code: 1, stderr: [`fencegate audit: the store cannot answer: ${e.message}`] }
+      throw e
+    }
   }
   try {
     const report = await withStore(config, (store) => buildReport(config, store.audit, since, now, args.route))
@@ -50,14 +66,39 @@ export async function auditCommand(config: Config, args: AuditArgs): Promise<Com
 
 export async function resolveCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
   if (config.store.kind === 'memory') return memoryRefusal('resolve')
-  const missing = (['route', 'key', 'as'] as const).filter((k) => args[k] === undefined)
+  const missing = (['route', 'as'] as const).filter((k) => args[k] === undefined)
+  if (args.key === undefined && args['key-hash'] === undefined) missing.push('key or --key-hash' as never)
   if (missing.length) return { code: 2, stderr: [`fencegate resolve needs ${missing.map((m) => `--${m}`).join(', ')}`] }
   try {
-    const r = await withStore(config, (store) => resolveKey(config, store, { route: args.route!, key: args.key!, scope: args.scope, as: args.as as 'completed' | 'failed' }))
+    const r = await withStore(config, (store) => resolveKey(config, store, { route: args.route!, key: args.key, keyHash: args['key-hash'], scope: args.scope, as: args.as as 'completed' | 'failed' }))
     return { code: 0, stdout: args.json ? `${JSON.stringify(r)}\n` : `route ${r.route}, key hash ${r.keyHash}: outcome was unknown (${r.previousReason}); resolved as ${r.resolution}: ${r.effect}\n` }
   } catch (e) {
     if (e instanceof Problem) return { code: e.status === 400 ? 2 : 1, stderr: [`fencegate resolve: ${e.detail}`] }
     if (e instanceof StoreError) return { code: 1, stderr: [`fencegate resolve: the store cannot answer: ${e.message}`] }
+    throw e
+  }
+}
+
+/** `fencegate unknown`: the records an operator must settle, oldest first. */
+export async function unknownCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
+  if (config.store.kind === 'memory') return memoryRefusal('unknown')
+  if (args.route !== undefined && !config.routes.some((r) => r.name === args.route)) {
+    return { code: 2, stderr: [`--route: no route named ${JSON.stringify(args.route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')})`] }
+  }
+  try {
+    const list = await withStore(config, (store) => listUnknown(config, store, Date.now(), args.route))
+    if (args.json) return { code: 0, stdout: `${JSON.stringify(list, null, 2)}\n` }
+    const u = list.unknown
+    if (!u.length) return { code: 0, stdout: `no unknown outcomes${args.route ? ` on route ${args.route}` : ''}: nothing to resolve\n` }
+    const lines = u.map((x) => `${x.since}  ${x.route}  ${x.keyHash}  ${x.reason}${x.resource ? `  resource ${x.resource}` : ''}${x.replica ? `  replica ${x.replica}` : ''}${x.requestId ? `  request ${x.requestId}` : ''}${x.traceId ? `  trace ${x.traceId}` : ''}`)
+    const more = u.length >= UNKNOWN_LIMIT ? [`(the first ${UNKNOWN_LIMIT}; resolve these, then list again)`] : []
+    return {
+      code: 0,
+      stdout: [`${u.length} unknown outcome${u.length === 1 ? '' : 's'} (since, route, key hash, reason): each answers 409 outcome-unknown until resolved or expired`, ...lines, ...more,
+        'settle one: fencegate resolve --config PATH --route ROUTE --key-hash HASH --as failed|completed'].join('\n') + '\n',
+    }
+  } catch (e) {
+    if (e instanceof StoreError) return { code: 1, stderr: [`fencegate unknown: the store cannot answer: ${e.message}`] }
     throw e
   }
 }

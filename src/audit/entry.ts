@@ -47,5 +47,7 @@ export function attemptEntry(c: Context<GatewayEnv>, outcome: Outcome, status: n
   if (fence?.overtaken) e.overtaken = true
   if (v('upstreamStatus') !== undefined) e.upstreamStatus = v('upstreamStatus')
   if (traceId) e.traceId = traceId
+  const rid = v('requestId')
+  if (rid) e.requestId = rid
   return e
 }

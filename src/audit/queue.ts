@@ -54,7 +54,8 @@ export class AuditQueue {
   /** Queues an entry; false when the queue was full and it was dropped. */
   push(entry: AuditEntry): boolean {
     if (this.#stdout) {
-      try { this.#stdout.write(`${JSON.stringify(entry)}\n`) } catch { /* stdout closed: the store still gets it */ }
+      // ISO 8601 time, as in every other line the gateway prints; the store keeps epoch ms
+      try { this.#stdout.write(`${JSON.stringify({ ...entry, time: new Date(entry.time).toISOString() })}\n`) } catch { /* stdout closed: the store still gets it */ }
     }
     if (this.#queue.length >= this.#capacity) {
       this.#dropped?.inc({ reason: 'queue_full' })

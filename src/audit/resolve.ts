@@ -11,14 +11,19 @@ import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import { sha256hex } from '../route.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
-import type { Resolution, Store, UnknownReason } from '../store/types.js'
+import type { RecordKey, Resolution, Store, UnknownReason } from '../store/types.js'
 import { REPLICA, auditKeyHash } from './entry.js'
 import { formatDuration } from './claim.js'
 
 export interface ResolveRequest {
   route: string
-  /** the idempotency key as the client sent it (bare or as an sf-string) */
-  key: string
+  /** the idempotency key as the client sent it (bare or as an sf-string); or give `keyHash` */
+  key?: string
+  /**
+   * instead of `key` and `scope`: the key hash that `fencegate unknown`, the attempt log and the
+   * spans show (hex SHA-256 of scope and key). It finds only records in the unknown state.
+   */
+  keyHash?: string
   /** the filled scope template of the route (e.g. the Authorization value); omit when the route has none */
   scope?: string
   as: Resolution
@@ -44,6 +49,15 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
   const i = rc.idempotency
   if (!i) throw new Problem('bad-request', `Route ${rc.name} has no idempotency block, so it keeps no records to resolve.`)
   if (r.as !== 'completed' && r.as !== 'failed') throw new Problem('bad-request', 'as must be "completed" (the effect happened) or "failed" (it did not).')
+  if (r.keyHash !== undefined) {
+    if (r.key !== undefined || r.scope !== undefined) throw new Problem('bad-request', 'Give either keyHash, or key (with scope when the route has one), not both.')
+    if (typeof r.keyHash !== 'string' || !/^[0-9a-f]{64}$/.test(r.keyHash)) throw new Problem('bad-request', 'keyHash must be 64 lower-case hex digits, as `fencegate unknown` lists it.')
+    const found = (await store.unknowns(now, { route: rc.name, limit: 100_000 })).find((u) => auditKeyHash(u.key.scope, u.key.key) === r.keyHash)
+    if (!found) {
+      throw new Problem('record-not-found', `Route ${rc.name} has no record in the unknown state with key hash ${r.keyHash} (already resolved, expired, or its outcome is known): \`fencegate unknown\` lists those that are.`, { keyHash: r.keyHash })
+    }
+    return settle(rc, store, found.key, r.keyHash, r.as, now)
+  }
   const key = typeof r.key === 'string' ? parseIdempotencyKey(r.key) : undefined
   if (key === undefined) throw new Problem('bad-request', 'key must be an idempotency key: 1 to 255 visible ASCII characters, bare or as a quoted sf-string.')
   let scope = ''
@@ -53,9 +67,13 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
     if (typeof r.scope !== 'string') throw new Problem('bad-request', `Route ${rc.name} scopes its keys by "${i.scope}": give the scope, the value that template had on the request (an empty string when it named nothing).`)
     scope = sha256hex(r.scope)
   }
-  const recordKey = { route: rc.name, scope, key }
-  const keyHash = auditKeyHash(scope, key)
-  const result = await store.resolve(recordKey, r.as, i.ttl, now)
+  return settle(rc, store, { route: rc.name, scope, key }, auditKeyHash(scope, key), r.as, now)
+}
+
+/** Resolves one record and writes the `resolve` entry. */
+async function settle(rc: Config['routes'][number], store: Store, recordKey: RecordKey, keyHash: string, as: Resolution, now: number): Promise<Resolved> {
+  const i = rc.idempotency!
+  const result = await store.resolve(recordKey, as, i.ttl, now)
   if (result.kind === 'not_found') {
     throw new Problem('record-not-found', `Route ${rc.name} has no record under this key (never used, released, or past its ttl): there is nothing to resolve, and a request with it is forwarded as new.`, { keyHash })
   }
@@ -63,13 +81,13 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
     const why = result.state === 'in_flight' ? 'an attempt with it is still in flight within its lease' : `its outcome is known (${result.state === 'completed' ? 'a stored response is replayed' : 'it completed without a stored response'})`
     throw new Problem('not-resolvable', `The record of this key was left alone: ${why}. Only an unknown outcome can be resolved.`, { keyHash, state: result.state })
   }
-  await store.audit.append([{ time: now, kind: 'resolve', replica: REPLICA, route: rc.name, keyHash, resolution: r.as }])
+  await store.audit.append([{ time: now, kind: 'resolve', replica: REPLICA, route: rc.name, keyHash, resolution: as }])
   return {
     route: rc.name,
     keyHash,
-    resolution: r.as,
+    resolution: as,
     previousReason: result.reason,
-    effect: r.as === 'failed'
+    effect: as === 'failed'
       ? 'released: the next request with this key is forwarded as new'
       : `completed without a stored response: requests with this key get 409 response-not-stored for ${formatDuration(i.ttl)} (idempotency.ttl) and are not forwarded`,
   }

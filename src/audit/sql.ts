@@ -9,7 +9,7 @@ import { emptyCounts, type AuditCounts, type AuditEntry, type TimelineFilter } f
 export const AUDIT_COLUMNS = [
   'time', 'kind', 'replica', 'route', 'method', 'resource', 'token', 'key_hash', 'fingerprint', 'outcome',
   'result', 'unknown', 'abandoned', 'duplicate', 'overtaken', 'status', 'upstream_status', 'duration_ms',
-  'trace_id', 'resolution',
+  'trace_id', 'resolution', 'request_id',
 ] as const
 
 /** The row of an entry, values in AUDIT_COLUMNS order. */
@@ -17,7 +17,7 @@ export const auditRow = (e: AuditEntry): (string | number | null)[] => [
   e.time, e.kind, e.replica, e.route, e.method ?? null, e.resource ?? null, e.token ?? null, e.keyHash ?? null,
   e.fingerprint ?? null, e.outcome ?? null, e.result ?? null, e.unknown ?? null, e.abandoned ? 1 : 0,
   e.duplicate ? 1 : 0, e.overtaken ? 1 : 0, e.status ?? null, e.upstreamStatus ?? null,
-  e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null,
+  e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null, e.requestId ?? null,
 ]
 
 /**
@@ -86,6 +86,7 @@ export function entryFromRow(r: Record<string, unknown>): AuditEntry {
   set('durationMs', num('duration_ms'))
   set('traceId', str('trace_id'))
   set('resolution', str('resolution') as AuditEntry['resolution'])
+  set('requestId', str('request_id'))
   return e
 }
 

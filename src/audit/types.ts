@@ -43,6 +43,8 @@ export interface AuditEntry {
   durationMs?: number
   /** W3C trace id of the request's SERVER span, when tracing is on */
   traceId?: string
+  /** the request id (the client's X-Request-Id when sane, else the gateway's) */
+  requestId?: string
   /** kind `resolve`: what the operator declared */
   resolution?: 'completed' | 'failed'
 }

@@ -84,7 +84,14 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
   interpolate(doc, env, problems, lines)
   if (problems.length) throw new ConfigError(file, problems)
 
-  const parsed = configSchema.safeParse(doc.toJS() ?? {})
+  let data: unknown
+  try {
+    // an alias with no anchor, or an alias bomb (yaml's maxAliasCount), throws here
+    data = doc.toJS({ maxAliasCount: 100 })
+  } catch (e) {
+    throw new ConfigError(file, [{ path: '', message: `not valid YAML: ${(e as Error).message.split('\n')[0]}` }])
+  }
+  const parsed = configSchema.safeParse(data ?? {})
   if (!parsed.success) {
     for (const issue of parsed.error.issues) {
       const keys = issue.code === 'unrecognized_keys' ? issue.keys : [undefined]

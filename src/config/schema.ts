@@ -129,9 +129,34 @@ export const configSchema = z.strictObject({
     /** most entries waiting to be written; past it new entries are dropped and counted */
     queueSize: z.number().int().min(1).max(10_000_000).default(10_000),
   }).prefault({}),
+  /** what the gateway writes to stderr (contract §2: log.access, log.level) */
+  log: z.strictObject({
+    /** `all`: a line per request; `decisions`: each request refused, replayed or not completed; `off` */
+    access: z.enum(['all', 'decisions', 'off']).default('decisions'),
+    level: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
+    /** the request id's header: the client's value when sane, else a new one; forwarded and echoed */
+    requestIdHeader: headerName.default('X-Request-Id'),
+  }).prefault({}),
   shutdown: z.strictObject({
     /** how long in-flight requests may run on after SIGTERM */
     grace: duration('10s', HOUR),
+  }).prefault({}),
+  /**
+   * The proxy listener's client timeouts (node:http). A connection that overruns one is answered
+   * 408 where a request is under way, and closed. Defaults after nginx, see README.
+   */
+  server: z.strictObject({
+    /** the request line and headers must be in within this (Apache mod_reqtimeout's 20s; nginx client_header_timeout is 60s) */
+    headersTimeout: duration('20s', HOUR),
+    /** the whole request, body included, must be in within this; the wait for the upstream does not count (nginx client_body_timeout: 60s) */
+    requestTimeout: duration('60s', HOUR),
+    /** an idle keep-alive connection is closed after this (nginx keepalive_timeout 75s) */
+    keepAliveTimeout: duration('75s', HOUR),
+  }).superRefine((s, ctx) => {
+    // node:http refuses it, and a head that may take longer than the whole request means nothing
+    if (s.headersTimeout > s.requestTimeout) {
+      ctx.addIssue({ code: 'custom', path: ['headersTimeout'], message: `headersTimeout (${s.headersTimeout} ms) must be at most requestTimeout (${s.requestTimeout} ms): the headers are part of the request` })
+    }
   }).prefault({}),
   routes: z.array(route).min(1, 'needs at least one route'),
 })

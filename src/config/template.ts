@@ -2,19 +2,45 @@
  * Templates for the fencing resource and the idempotency scope: literals and placeholders
  * `{param.X}` (a route path parameter), `{header.X}` (a request header, case-insensitive) and
  * `{query.X}` (a query parameter). `{{` and `}}` stand for literal braces.
+ *
+ * One input, one value: a template is only filled from values every server reads the same way.
+ * A value the upstream could read otherwise than the gateway — given twice, or spelled so that
+ * servers decode or split it differently — is `ambiguous`, and the request is refused: the
+ * gateway would check one resource (or key owner) while the upstream applies the request to
+ * another. The rules per source are in ../template-source.ts.
  */
 
-/** Where a template reads from, per request. Each returns undefined when absent. */
-export interface TemplateSource {
-  param(name: string): string | undefined
-  header(name: string): string | undefined
-  query(name: string): string | undefined
+/**
+ * What a source answers for a value it cannot give unambiguously. `ambiguous` completes a
+ * sentence about the value, e.g. "is given twice" after "query parameter account".
+ */
+export interface Ambiguous {
+  readonly ambiguous: string
 }
 
-/** A compiled template: returns the filled string, or undefined when a placeholder is absent. */
-export type Template = (src: TemplateSource) => string | undefined
+/**
+ * Where a template reads from, per request. Each returns the value, undefined when absent, or
+ * an `Ambiguous` when the request carries it in a form servers read differently.
+ */
+export interface TemplateSource {
+  param(name: string): string | undefined | Ambiguous
+  header(name: string): string | undefined | Ambiguous
+  query(name: string): string | undefined | Ambiguous
+}
 
-type Part = string | { from: 'param' | 'header' | 'query'; name: string }
+/** Why a template could not be filled; `detail` is a sentence naming the value, for problem details. */
+export interface Unfilled {
+  readonly unfilled: 'missing' | 'ambiguous'
+  readonly detail: string
+}
+
+/**
+ * A compiled template: returns the filled string, or an `Unfilled` saying which value is
+ * absent (or empty) or ambiguous. Never throws for any source that keeps to `TemplateSource`.
+ */
+export type Template = (src: TemplateSource) => string | Unfilled
+
+type Part = string | { from: 'param' | 'header' | 'query'; name: string; label: string }
 
 // RFC 9110 §5.1 field-name = token
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
@@ -53,7 +79,8 @@ export function compileTemplate(text: string, pathParams: readonly string[]): Te
       throw new Error(`placeholder {${inner}}: unknown source "${from}" (use param, header or query)`)
     }
     if (lit) { parts.push(lit); lit = '' }
-    parts.push({ from: from as 'param' | 'header' | 'query', name: from === 'header' ? name.toLowerCase() : name })
+    const label = from === 'param' ? `path parameter :${name}` : from === 'header' ? `header ${name}` : `query parameter ${name}`
+    parts.push({ from: from as 'param' | 'header' | 'query', name: from === 'header' ? name.toLowerCase() : name, label })
     i = end
   }
   if (lit) parts.push(lit)
@@ -63,8 +90,9 @@ export function compileTemplate(text: string, pathParams: readonly string[]): Te
     for (const p of parts) {
       if (typeof p === 'string') { out += p; continue }
       const v = src[p.from](p.name)
-      if (v === undefined || v === '') return undefined
-      out += v
+      if (typeof v === 'string' && v !== '') { out += v; continue }
+      if (v === undefined || v === '') return { unfilled: 'missing', detail: `${p.label} is absent or empty` }
+      return { unfilled: 'ambiguous', detail: `${p.label} ${v.ambiguous}` }
     }
     return out
   }

@@ -85,12 +85,16 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
     if (token === undefined) {
       reject('malformed', new Problem('fencing-token-malformed', `${headerName} must be one canonical decimal integer from 0 to 9223372036854775807.`))
     }
-    const res = resource(requestTemplateSource(c))
-    if (res === undefined) {
-      reject('malformed', new Problem('fencing-resource-missing', 'The fencing resource of this route cannot be determined from the request (a header, parameter or query value it names is absent).'))
+    const filled = resource(requestTemplateSource(c))
+    if (typeof filled !== 'string') {
+      // refused before anything changes: no mark raised, nothing claimed or forwarded
+      reject('malformed', new Problem('fencing-resource-missing', filled.unfilled === 'missing'
+        ? `The fencing resource of this route cannot be determined from the request: ${filled.detail}.`
+        : `The fencing resource of this route cannot be determined from the request: ${filled.detail}. The upstream could apply the write to another resource than the one checked; nothing was forwarded.`))
     }
-    // a NUL (%00 decoded from the path or query) is no name a store can keep (PostgreSQL text
-    // refuses it): the client's mistake, answered as one rather than as a store failure
+    const res = filled as string
+    // a NUL is no name a store can keep (PostgreSQL text refuses it); the template sources
+    // refuse a decoded %00 already, this catches one from anywhere else (a template literal)
     if (res!.includes('\u0000')) {
       reject('malformed', new Problem('fencing-resource-missing', 'The fencing resource of this route, filled from the request, contains a NUL character (%00), which no resource name may hold.'))
     }
@@ -135,7 +139,7 @@ export function fencing(route: CompiledRoute, store: Store, metrics: Metrics, lo
         fence.overtaken = true
         metrics.fencingOvertaken.inc(overtaken)
         log.warn('a request ended after one with a newer fencing token for the same resource had been sent upstream: the upstream may have applied the older write last', {
-          route: route.name, token: String(token), newerToken: String(flights.sent),
+          route: route.name, token: String(token), newerToken: String(flights.sent), requestId: c.get('requestId'),
         })
       }
       if (serialize && fence?.sent && c.get('outcome') === 'outcome_unknown') {

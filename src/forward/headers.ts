@@ -38,8 +38,10 @@ const peerAddress = (incoming: IncomingMessage): string => {
  * The header lines to send upstream, as a flat [name, value, name, value, ...] list.
  * @param upstreamHost the Host of the upstream (`host[:port]`)
  * @param keep lower-case names never removed as Connection-named (the route's token and key headers)
+ * @param requestId the request id header (lower-case name) and value: the client's lines of it are
+ *   replaced by this one (the same value when the client's was sane)
  */
-export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, keep?: ReadonlySet<string>): string[] {
+export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, keep?: ReadonlySet<string>, requestId?: readonly [string, string]): string[] {
   const raw = incoming.rawHeaders
   const named = connectionNamed(incoming.headers.connection)
   // the fencing token and idempotency key are forwarded so the upstream can check them too: a
@@ -55,9 +57,10 @@ export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, 
     const lower = name.toLowerCase()
     if (lower === 'x-forwarded-for') { xff = xff === undefined ? raw[i + 1] : `${xff}, ${raw[i + 1]}`; continue }
     if (lower === 'via') { via = via === undefined ? raw[i + 1] : `${via}, ${raw[i + 1]}`; continue }
-    if (HOP_BY_HOP.has(lower) || REPLACED_ON_REQUEST.has(lower) || named?.has(lower) || trace?.includes(lower)) continue
+    if (HOP_BY_HOP.has(lower) || REPLACED_ON_REQUEST.has(lower) || named?.has(lower) || trace?.includes(lower) || lower === requestId?.[0]) continue
     out.push(name, raw[i + 1])
   }
+  if (requestId) out.push(requestId[0], requestId[1])
   // X-Forwarded-For named in Connection is dropped as hop-by-hop, and the peer then starts it anew
   if (named?.has('x-forwarded-for')) xff = undefined
   const peer = peerAddress(incoming)
@@ -85,10 +88,13 @@ export function responseHeaders(headers: Record<string, string | string[] | unde
   return out
 }
 
-/** Flattens [name, value] pairs for `ServerResponse.writeHead`. */
-export function flat(pairs: readonly [string, string][], extra: string[] = []): string[] {
+/**
+ * Flattens [name, value] pairs for `ServerResponse.writeHead`, then `extra`.
+ * @param skip a lower-case name left out of `pairs` (one that `extra` sets instead)
+ */
+export function flat(pairs: readonly [string, string][], extra: string[] = [], skip?: string): string[] {
   const out: string[] = []
-  for (const [k, v] of pairs) out.push(k, v)
+  for (const [k, v] of pairs) if (k !== skip) out.push(k, v)
   out.push(...extra)
   return out
 }

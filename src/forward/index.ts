@@ -71,6 +71,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
   const unknown = (reason: UnknownReason) => metrics.unknownOutcomes.inc({ route: route.name, reason })
   const fenced = route.fencing !== undefined
   const timeoutMs = route.config.upstream.timeout
+  const idHeader = route.requestIdHeader
 
   return async function forward(c) {
     const { incoming, outgoing } = c.env
@@ -96,7 +97,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       return RESPONSE_ALREADY_SENT
     }
     outgoing.once('close', onClose)
-    const requestOptions = { path: originForm(incoming.url!), method: incoming.method as Dispatcher.HttpMethod, headers: requestHeaders(incoming, host, keep) }
+    const requestOptions = { path: originForm(incoming.url!), method: incoming.method as Dispatcher.HttpMethod, headers: requestHeaders(incoming, host, keep, [idHeader, c.get('requestId')]) }
     const started = performance.now()
 
     /**
@@ -166,10 +167,10 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     answered(call.status)
     const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)
     try {
-      if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA])) // streamed: headers first
+      if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, c.get('requestId')], idHeader)) // streamed: headers first
       const more = await call.body()
       if (more) {
-        if (exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
+        if (exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, c.get('requestId')], idHeader))
         for (const ch of call.chunks) outgoing.write(ch)
         const streamed = call.streamRest(outgoing)
         streamed.catch(() => {}) // awaited below; must not count as unhandled meanwhile
@@ -181,7 +182,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         const whole = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
         if (exchange) {
           await exchange.onResponse({ status: call.status, headers, body: whole })
-          outgoing.writeHead(call.status, flat(headers, ['via', VIA]))
+          outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, c.get('requestId')], idHeader))
         }
         outgoing.end(whole)
       }

@@ -23,9 +23,13 @@ import { flat, VIA } from '../forward/headers.js'
 import { parseIdempotencyKey } from './key.js'
 import { fingerprint } from './fingerprint.js'
 import { LeaseKeeper, type KeptLease } from './lease.js'
+import { auditKeyHash } from '../audit/entry.js'
 
 /** Upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
+
+/** A scope that cannot be filled: refused before fencing's handed-over check is made. */
+class ScopeRefused extends Problem {}
 
 /**
  * @example
@@ -44,7 +48,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
   const leases = new LeaseKeeper(store, i.lease, log, route.name)
 
   // `count` counts a result and notes it on the request (c.var idempotencyResult, for traces)
-  const exchange = (key: RecordKey, claimId: string, lease: KeptLease, count: (result: string) => void): Exchange => ({
+  const exchange = (key: RecordKey, claimId: string, lease: KeptLease, requestId: string, count: (result: string) => void): Exchange => ({
     captureBytes: i.maxResponseBytes,
     async onResponse(res) {
       lease.stop() // the record leaves in_flight now
@@ -62,7 +66,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
       } catch (e) {
         // The effect happened; the client still gets its response. The record stays in flight
         // until its lease ends and then counts as an unknown outcome (reason crash).
-        log.error('idempotency record not written after the upstream answered', { route: route.name, error: (e as Error).message })
+        log.error('idempotency record not written after the upstream answered', { route: route.name, requestId, keyHash: auditKeyHash(key.scope, key.key), error: (e as Error).message })
       }
     },
     async onFailure(failure) {
@@ -75,7 +79,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
           await store.finish(key, claimId, { kind: 'unknown', reason: failure.reason }, i.ttl, Date.now())
         }
       } catch (e) {
-        log.error('idempotency record not updated after an upstream failure', { route: route.name, error: (e as Error).message })
+        log.error('idempotency record not updated after an upstream failure', { route: route.name, requestId, keyHash: auditKeyHash(key.scope, key.key), error: (e as Error).message })
       }
     },
   })
@@ -97,16 +101,22 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     if (key === undefined) {
       throw new Problem('idempotency-key-malformed', `${route.config.idempotency!.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`)
     }
-    const body = await readBody(incoming, maxBody)
-    c.set('body', body)
-    const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
     let scope = ''
     if (!i.scopeIsRoute) {
       const filled = i.scope(requestTemplateSource(c))
-      // hashing "" would put every such request in one shared key space
-      if (filled === undefined) throw new Problem('idempotency-key-malformed', `This route scopes idempotency keys by "${route.config.idempotency!.scope}", which this request does not carry.`)
+      // missing: hashing "" would put every such request in one shared key space; ambiguous: the
+      // upstream could take the request for another owner's. Refused before the body is read
+      // and before fencing's check is made (ScopeRefused): nothing changes for this request.
+      if (typeof filled !== 'string') {
+        throw new ScopeRefused('idempotency-key-malformed', filled.unfilled === 'missing'
+          ? `This route scopes idempotency keys by "${route.config.idempotency!.scope}", which this request does not carry: ${filled.detail}.`
+          : `This route scopes idempotency keys by "${route.config.idempotency!.scope}", which this request gives ambiguously: ${filled.detail}. Nothing was forwarded.`)
+      }
       scope = sha256hex(filled)
     }
+    const body = await readBody(incoming, maxBody)
+    c.set('body', body)
+    const fp = fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body)
     return { recordKey: { route: route.name, scope, key }, fp }
   }
 
@@ -119,7 +129,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
     try {
       prepared = await prepare(c)
     } catch (e) {
-      await settleFence(check, store)
+      if (!(e instanceof ScopeRefused)) await settleFence(check, store)
       throw e
     }
     if (!prepared) { await settleFence(check, store); return next() }
@@ -150,18 +160,18 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
       if ('abandoned' in result && result.abandoned) {
         metrics.unknownOutcomes.inc({ route: route.name, reason: 'crash' })
         c.set('abandoned', true)
-        log.warn('found an in-flight record past its lease: its holder crashed or hung, the outcome is unknown', { route: route.name })
+        log.warn('found an in-flight record past its lease: its holder crashed or hung, the outcome is unknown', { route: route.name, requestId: c.get('requestId'), keyHash: auditKeyHash(recordKey.scope, recordKey.key) })
       }
       switch (result.kind) {
         case 'claimed':
           if (result.after) {
             metrics.duplicateForwards.inc(label)
             c.set('duplicateForward', true)
-            log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: route.name, after: result.after })
+            log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: route.name, after: result.after, requestId: c.get('requestId'), keyHash: auditKeyHash(recordKey.scope, recordKey.key) })
           }
           // the lease is renewed while the exchange lives, whichever way it ends (./lease.ts)
           const kept = leases.keep(recordKey, claimId, Date.now())
-          c.set('exchange', exchange(recordKey, claimId, kept, (r) => { count(r); c.set('idempotencyResult', r) }))
+          c.set('exchange', exchange(recordKey, claimId, kept, c.get('requestId'), (r) => { count(r); c.set('idempotencyResult', r) }))
           try {
             await next()
           } finally {
@@ -172,7 +182,7 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
           count('replayed')
           c.set('idempotencyResult', 'replayed')
           c.set('outcome', 'replayed')
-          return replay(c.env.outgoing, result.response)
+          return replay(c.env.outgoing, result.response, route.requestIdHeader, c.get('requestId'))
         case 'not_stored':
           // status 0: an operator declared the unknown outcome completed (`fencegate resolve --as completed`)
           if (result.status === 0) throw new Problem('response-not-stored', 'An operator recorded that the first request with this key took effect (fencegate resolve --as completed) after its outcome was unknown; there is no response to replay, and it is not applied again.', { resolvedBy: 'operator' })
@@ -191,8 +201,9 @@ export function idempotency(route: CompiledRoute, store: Store, metrics: Metrics
   }
 }
 
-function replay(outgoing: GatewayEnv['Bindings']['outgoing'], res: StoredResponse): Response {
-  outgoing.writeHead(res.status, flat(res.headers, ['via', VIA, 'idempotent-replayed', 'true']))
+/** Writes a stored response byte for byte; the request id is this request's, not the first one's. */
+function replay(outgoing: GatewayEnv['Bindings']['outgoing'], res: StoredResponse, idHeader: string, requestId: string): Response {
+  outgoing.writeHead(res.status, flat(res.headers, ['via', VIA, 'idempotent-replayed', 'true', idHeader, requestId], idHeader))
   outgoing.end(res.body)
   return RESPONSE_ALREADY_SENT
 }

@@ -5,12 +5,79 @@
  * The exposition is OpenMetrics when the scraper asks for it (Prometheus does), else the
  * Prometheus text format. With tracing on, the duration histograms carry exemplars
  * (`trace_id`, `span_id` of the sampled request), which only OpenMetrics can show.
+ *
+ * Series from the start (contract §6): Prometheus's increase() needs two samples of a series, so
+ * a series born at 1 hides its first event (`..._total 1` on /metrics, increase() 0, no alert).
+ * Every counter and histogram an alert or a panel reads therefore exists at 0 from start-up:
+ * the label values that are not per route at `createMetrics`, the store's ops at `initStore`,
+ * and each route's at `initRoute` (called by createGateway for every configured route).
+ * prom-client 15 writes no OpenMetrics `_created` lines (in neither format), so a Prometheus
+ * with created-timestamp ingestion cannot fill the gap either: an event before the first scrape
+ * after a start stays invisible to increase().
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
+import type { RouteConfig } from '../config/schema.js'
+import type { StoreKind } from '../store/types.js'
+import { PROBLEMS, type ProblemName } from '../problems.js'
 import { traceExemplar, tracingOn } from './tracing.js'
 
 // A proxy's latencies: from half a millisecond to the longest upstream timeout worth seeing.
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+// A stale writer's lateness: from a request racing its successor to a lease holder paused for an hour.
+const LATENESS_BUCKETS = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]
+
+/** Label values of contract §6, each present at 0 from start-up. */
+export const FENCING_REASONS = ['stale', 'missing', 'malformed'] as const
+export const IDEMPOTENCY_RESULTS = ['stored', 'replayed', 'in_flight', 'key_reused', 'released', 'not_stored'] as const
+export const UNKNOWN_REASONS = ['timeout', 'reset', 'client_abort', 'crash'] as const
+export const AUDIT_DROP_REASONS = ['queue_full', 'store_error'] as const
+/**
+ * The `op` label of the store metrics: every operation guardStore (src/store/index.ts) times and
+ * counts. A new store operation belongs here too, or its first error is invisible to alerts
+ * (test/dashboard.test.ts compares this list with guardStore's calls).
+ */
+export const STORE_OPS = ['fence', 'highest', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'markers', 'accept_loss', 'ping'] as const
+/** The methods a route without `match.methods` is counted under at start-up (the config's method list). */
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
+
+/**
+ * The answers a route's requests can get from the gateway itself, by method: the problem types
+ * (status and outcome from src/problems.ts) its features can produce. Forwarded and replayed
+ * answers carry the upstream's status, which no list can hold; they are counted when they happen.
+ */
+function gatewayAnswers(r: RouteConfig): { method: string; code: string; outcome: string }[] {
+  const methods: readonly string[] = r.match.methods ?? METHODS
+  const keyed = new Set<string>(r.idempotency?.methods.filter((m) => methods.includes(m)))
+  const out = new Map<string, { method: string; code: string; outcome: string }>()
+  const add = (method: string, ...names: ProblemName[]) => {
+    for (const name of names) {
+      const { status, outcome } = PROBLEMS[name]
+      out.set(`${method} ${status} ${outcome}`, { method, code: String(status), outcome })
+    }
+  }
+  for (const method of methods) {
+    add(method, 'upstream-unavailable', 'upstream-timeout')
+    if (r.fencing) {
+      add(method, 'fencing-token-required', 'fencing-token-malformed', 'fencing-resource-missing', 'stale-fencing-token', 'store-unavailable', 'store-state-lost')
+      if (r.fencing.serialize) add(method, 'serialize-timeout')
+    }
+    if (keyed.has(method)) {
+      add(method, 'idempotency-key-required', 'idempotency-key-malformed', 'idempotency-key-reused', 'request-in-flight', 'outcome-unknown', 'response-not-stored', 'store-unavailable', 'store-state-lost')
+    }
+  }
+  return [...out.values()]
+}
+
+/**
+ * `h.zero(labels)` unless the labelset already has observations: prom-client's zero() replaces
+ * them (store calls are timed before the routes are set up, a config reload sets routes up again).
+ */
+function zeroOnce<T extends string>(h: Histogram<T>, labels: LabelValues<T>): void {
+  const present = Object.values((h as unknown as { hashMap: Record<string, { labels: LabelValues<T> }> }).hashMap)
+  const keys = Object.keys(labels) as T[]
+  if (present.some((v) => keys.every((k) => String(v.labels[k]) === String(labels[k])) && Object.keys(v.labels).length === keys.length)) return
+  h.zero(labels)
+}
 
 /**
  * A histogram whose observations carry the active sampled span as an exemplar, with the plain
@@ -101,15 +168,53 @@ export function createMetrics(version: string) {
     storeDuration: new TimedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
     auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries) or store_error (the store refused the batch).', labelNames: ['reason'] as const, registers: [registry] }),
+    unknownUnresolved: new Gauge({ name: 'fencegate_unknown_outcomes_unresolved', help: 'Idempotency records now in the unknown state (sent upstream, no complete response, not yet resolved or expired), as the store holds them: the same number on every gateway sharing the store. Settle each with `fencegate unknown` and `fencegate resolve`.', labelNames: ['route'] as const, registers: [registry] }),
+    staleLateness: new TimedHistogram({ name: 'fencegate_fencing_stale_lateness_seconds', help: 'How long after the superseding token\'s first acceptance a stale write came (412), seconds: how far behind a superseded lease holder was.', labelNames: ['route'] as const, buckets: LATENESS_BUCKETS, registers: [registry] }),
     storeStateLost: new Gauge({ name: 'fencegate_store_state_lost', help: '1 while the store has lost its state (epoch marker changed or missing) and no operator accepted it; fenced and idempotent routes answer 503.', labelNames: ['store'] as const, registers: [registry] }),
     storeStateLosses: new Counter({ name: 'fencegate_store_state_losses_total', help: 'Times the store was found to have lost its state (contract §3).', labelNames: ['store'] as const, registers: [registry] }),
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
   }
   m.buildInfo.set({ version }, 1)
+  for (const reason of AUDIT_DROP_REASONS) m.auditDropped.inc({ reason }, 0)
   /** Lets the gauges above read the gateway's in-flight tracker at scrape time. */
   const trackInFlight = (source: InFlightSource) => { inFlight = source }
-  return { ...m, trackInFlight, expose: exposition(registry) }
+  /** The store metrics of every op at 0 (contract §6). Safe to call again. */
+  const initStore = (store: StoreKind) => {
+    m.storeStateLosses.inc({ store }, 0)
+    for (const op of STORE_OPS) {
+      m.storeErrors.inc({ store, op }, 0)
+      zeroOnce(m.storeDuration, { store, op })
+    }
+  }
+  /**
+   * Every series of contract §6 the route can have, at 0: the label values listed for each
+   * counter and histogram, limited to the route's features (fencing rejections on fenced
+   * routes, idempotency results and duplicate forwards on idempotent ones), the gateway's own
+   * answers in fencegate_requests_total by method, and — for `store` — the store's ops.
+   * Safe to call again (a config reload): nothing counted is reset.
+   */
+  const initRoute = (r: RouteConfig, store?: StoreKind) => {
+    const route = r.name
+    if (store) initStore(store)
+    const outcomes = new Set(['forwarded'])
+    for (const a of gatewayAnswers(r)) {
+      m.requests.inc({ route, ...a }, 0)
+      outcomes.add(a.outcome)
+    }
+    for (const outcome of outcomes) zeroOnce(m.requestDuration, { route, outcome })
+    for (const reason of UNKNOWN_REASONS) m.unknownOutcomes.inc({ route, reason }, 0)
+    if (r.fencing) {
+      for (const reason of FENCING_REASONS) m.fencingRejections.inc({ route, reason }, 0)
+      m.fencingOvertaken.inc({ route }, 0)
+      zeroOnce(m.staleLateness, { route })
+    }
+    if (r.idempotency) {
+      for (const result of IDEMPOTENCY_RESULTS) m.idempotency.inc({ route, result }, 0)
+      m.duplicateForwards.inc({ route }, 0)
+    }
+  }
+  return { ...m, trackInFlight, initStore, initRoute, expose: exposition(registry) }
 }
 
 /**

@@ -36,6 +36,7 @@ export const ATTR = {
   highest: 'fencegate.fencing.highest_token',
   keyHash: 'fencegate.idempotency.key_hash',
   result: 'fencegate.idempotency.result',
+  requestId: 'fencegate.request_id',
 } as const
 export const EVENT_FENCING_REJECTED = 'fencegate.fencing.rejected'
 export const EVENT_REPLAYED = 'fencegate.idempotency.replayed'
@@ -125,6 +126,8 @@ function annotateServerSpan(span: Span, c: Context<GatewayEnv>, outcome: string 
     if (rpc) rpc.route = pattern
   }
   if (outcome) span.setAttribute(ATTR.outcome, outcome)
+  const rid = c.get('requestId')
+  if (rid) span.setAttribute(ATTR.requestId, rid)
   const fence = c.get('fence')
   if (fence) {
     span.setAttribute(ATTR.resource, fence.resource)

@@ -704,7 +704,7 @@ export function describeStoreConformance(
 
       test('timeline: the entries of some key hashes or of one resource, oldest first, every field kept, capped at the newest `limit`', async () => {
         const s = await open()
-        const full = at(-900, { method: 'POST', outcome: 'outcome_unknown', keyHash: 'k1', token: '33', resource: 'account:a', fingerprint: 'fp', result: 'stored', unknown: 'timeout', abandoned: true, duplicate: true, overtaken: true, status: 504, upstreamStatus: 201, durationMs: 2.25, traceId: 'ab'.repeat(16) })
+        const full = at(-900, { method: 'POST', outcome: 'outcome_unknown', keyHash: 'k1', token: '33', resource: 'account:a', fingerprint: 'fp', result: 'stored', unknown: 'timeout', abandoned: true, duplicate: true, overtaken: true, status: 504, upstreamStatus: 201, durationMs: 2.25, traceId: 'ab'.repeat(16), requestId: 'req-7f3a' })
         await s.audit.append([
           at(-7_200_000, { outcome: 'forwarded', keyHash: 'k1' }), // before `since`
           at(-1000, { outcome: 'forwarded', keyHash: 'k2', resource: 'account:b' }),

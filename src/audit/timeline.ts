@@ -1,0 +1,83 @@
+/**
+ * A key's or a resource's timeline: every attempt-log entry about one idempotency key (by key
+ * hash, or the key and scope) or one fencing resource, oldest first — `fencegate audit --key-hash
+ * H | --key K | --resource R` and admin `GET /audit/timeline` (contract §8). What an operator
+ * reads between the alert and `fencegate resolve`.
+ */
+import type { Config } from '../config/schema.js'
+import { Problem } from '../problems.js'
+import { sha256hex } from '../route.js'
+import { parseIdempotencyKey } from '../idempotency/key.js'
+import type { AuditEntry, AuditLog, TimelineFilter } from './types.js'
+import { auditKeyHash } from './entry.js'
+
+/** At most this many entries (the newest). */
+export const TIMELINE_LIMIT = 1000
+
+export interface TimelineQuery {
+  route?: string
+  keyHash?: string
+  /** the key as the client sent it; needs `route` (and `scope` when the route has one) */
+  key?: string
+  scope?: string
+  resource?: string
+  /** epoch ms */
+  since: number
+}
+
+export interface Timeline {
+  /** what was asked, as the attempt log knows it */
+  route?: string
+  keyHash?: string
+  resource?: string
+  /** RFC 3339 */
+  since: string
+  entries: (Omit<AuditEntry, 'time'> & { time: string })[]
+}
+
+/**
+ * @throws Problem 400 bad-request (none or several of key, keyHash, resource; an unknown route;
+ *   a bad key or scope); StoreError when the store cannot answer
+ */
+export async function buildTimeline(config: Config, log: AuditLog, q: TimelineQuery): Promise<Timeline> {
+  const asked = [q.keyHash, q.key, q.resource].filter((x) => x !== undefined).length
+  if (asked !== 1) throw new Problem('bad-request', 'Name one thing to follow: a key hash, a key (with its route), or a fencing resource.')
+  const rc = q.route === undefined ? undefined : config.routes.find((r) => r.name === q.route)
+  if (q.route !== undefined && !rc) throw new Problem('bad-request', `No route named ${JSON.stringify(q.route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
+  const filter: TimelineFilter = { route: q.route }
+  if (q.keyHash !== undefined) {
+    if (!/^[0-9a-f]{64}$/.test(q.keyHash)) throw new Problem('bad-request', 'A key hash is 64 lower-case hex digits, as the attempt log, `fencegate unknown` and the spans show it.')
+    filter.keyHashes = [q.keyHash]
+  } else if (q.key !== undefined) {
+    if (!rc?.idempotency) throw new Problem('bad-request', 'Following a key needs its route (one with idempotency): its scope is part of the key hash.')
+    const key = parseIdempotencyKey(q.key)
+    if (key === undefined) throw new Problem('bad-request', 'The key must be an idempotency key: 1 to 255 visible ASCII characters, bare or as a quoted sf-string.')
+    if (rc.idempotency.scope !== '' && q.scope === undefined) throw new Problem('bad-request', `Route ${rc.name} scopes its keys by "${rc.idempotency.scope}": give the scope too.`)
+    filter.keyHashes = [auditKeyHash(rc.idempotency.scope === '' ? '' : sha256hex(q.scope!), key)]
+  } else {
+    filter.resource = q.resource
+  }
+  const entries = await log.timeline(filter, q.since, TIMELINE_LIMIT)
+  return {
+    route: q.route,
+    keyHash: filter.keyHashes?.[0],
+    resource: filter.resource,
+    since: new Date(q.since).toISOString(),
+    entries: entries.map((e) => ({ ...e, time: new Date(e.time).toISOString() })),
+  }
+}
+
+/** One line per entry, for people. */
+export function formatTimeline(t: Timeline): string {
+  const what = t.resource !== undefined ? `resource ${t.resource}` : `key hash ${t.keyHash}`
+  if (!t.entries.length) return `no attempts on ${what} since ${t.since}`
+  const lines = t.entries.map((e) => {
+    if (e.kind === 'resolve') return `${e.time}  ${e.route}  resolved as ${e.resolution} by ${e.replica}`
+    const flags = [e.unknown && `unknown(${e.unknown})`, e.abandoned && 'found-abandoned', e.duplicate && 'duplicate', e.overtaken && 'overtaken'].filter(Boolean).join(' ')
+    return [e.time, e.route, e.method, e.status, e.outcome, e.result, e.token !== undefined ? `token ${e.token}` : '',
+      t.resource === undefined && e.resource ? `resource ${e.resource}` : '', t.keyHash === undefined && e.keyHash ? `key ${e.keyHash.slice(0, 12)}` : '',
+      flags, e.requestId ? `request ${e.requestId}` : '', e.traceId ? `trace ${e.traceId}` : '', `replica ${e.replica}`]
+      .filter((x) => x !== undefined && x !== '').join('  ')
+  })
+  return [`${t.entries.length} attempt${t.entries.length === 1 ? '' : 's'} on ${what} since ${t.since}, oldest first:`, ...lines].join('\n')
+}

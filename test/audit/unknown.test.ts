@@ -1,0 +1,175 @@
+// From an unknown outcome to its settlement (contract §8): `fencegate unknown` and admin
+// `GET /unknown` list a record made unknown by an upstream timeout, with its key hash, resource,
+// replica and time; `fencegate resolve --key-hash` settles it, and the key then behaves as the
+// resolution says. On every store the CLI can reach (sqlite, redis, postgres), real processes.
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { spawnSync } from 'node:child_process'
+import { writeFileSync, rmSync } from 'node:fs'
+import { hostname } from 'node:os'
+import { join } from 'node:path'
+import { randomUUID } from 'node:crypto'
+import { afterEach, describe, expect, test } from 'vitest'
+import pg from 'pg'
+import { CLI, startTestGateway, tempDir, type TestGateway } from '../helpers/gateway.js'
+import { metric, metrics, post, send } from '../helpers/http.js'
+
+const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const P = 'urn:fencegate:problem:'
+
+const cleanups: (() => Promise<void> | void)[] = []
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c()
+})
+
+/** An upstream that never answers a path's first request (after taking it) and answers 201 later. */
+async function firstHangs() {
+  const seen = new Map<string, number>()
+  const server = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      const n = (seen.get(req.url!) ?? 0) + 1
+      seen.set(req.url!, n)
+      if (n === 1) return // taken, never answered: the gateway times out after the effect
+      res.writeHead(201, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ n }))
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()) }))
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits: (path: string) => seen.get(path) ?? 0 }
+}
+
+const cli = (...args: string[]) => {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000 })
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr }
+}
+
+const stores: Record<string, () => Promise<string>> = {
+  sqlite: async () => '  kind: sqlite\n  path: "@DIR@/fg.db"',
+  redis: async () => `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fgunk-${randomUUID().slice(0, 8)}`,
+  postgres: async () => {
+    const schema = `fgunk_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+    cleanups.push(async () => {
+      const c = new pg.Client({ connectionString: PG_URL })
+      await c.connect()
+      await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      await c.end()
+    })
+    return `  kind: postgres\n  url: ${PG_URL}\n  schema: ${schema}\n  migrate: true`
+  },
+}
+
+for (const [kind, storeBlock] of Object.entries(stores)) {
+  describe(`unknown outcomes, found and settled (${kind})`, () => {
+    async function setup(): Promise<{ gw: TestGateway; file: string; up: Awaited<ReturnType<typeof firstHangs>> }> {
+      const up = await firstHangs()
+      const dir = tempDir('fg-unknown-')
+      cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+      const text = `admin:
+  listen: 127.0.0.1:0
+store:
+${(await storeBlock()).replaceAll('@DIR@', dir)}
+routes:
+  - name: payments
+    match:
+      path: /accounts/:account/*
+    upstream:
+      url: ${up.url}
+      timeout: 300ms
+    fencing:
+      resource: "account:{param.account}"
+    idempotency:
+      required: true
+      scope: "{header.Authorization}"
+`
+      const file = join(dir, 'fencegate.yaml')
+      writeFileSync(file, `listen: 127.0.0.1:0\n${text}`)
+      const gw = await startTestGateway(text)
+      cleanups.push(() => gw.close())
+      return { gw, file, up }
+    }
+
+    test('listed with key hash, resource, reason and replica; resolve --key-hash failed lets the retry through, completed keeps it from the upstream', async () => {
+      const { gw, file, up } = await setup()
+      const secret = { authorization: 'Bearer customer-secret-token' }
+      const send1 = (acct: string, key: string) => post(`${gw.url}/accounts/${acct}/charges`, { amount: 5 }, { ...secret, 'fencing-token': '7', 'idempotency-key': key, 'x-request-id': `req-${acct}` })
+      const t0 = Date.now()
+      expect((await send1('acct-1', 'charge-1')).status).toBe(504)
+      expect((await send1('acct-2', 'charge-2')).status).toBe(504)
+      expect((await send1('acct-1', 'charge-1')).json().type).toBe(`${P}outcome-unknown`)
+      await gw.audit.flush()
+
+      const listed = (await send(`${gw.adminUrl}/unknown`)).json().unknown as Record<string, string>[]
+      expect(listed).toHaveLength(2)
+      const first = listed.find((u) => u.resource === 'account:acct-1')!
+      expect(first).toMatchObject({ route: 'payments', reason: 'timeout', replica: `${hostname()}:${process.pid}`, requestId: 'req-acct-1' })
+      expect(first.keyHash).toMatch(/^[0-9a-f]{64}$/)
+      expect(Date.parse(first.since)).toBeGreaterThanOrEqual(t0)
+      expect(Date.parse(first.since)).toBeLessThanOrEqual(Date.now())
+      expect(listed.map((u) => u.resource)).toEqual(['account:acct-1', 'account:acct-2']) // oldest first
+      expect(JSON.stringify(listed)).not.toContain('customer-secret-token')
+      expect(JSON.stringify(listed)).not.toContain('charge-1')
+
+      // the CLI reads the same from the store
+      const json = cli('unknown', '--config', file, '--json')
+      expect(json.status, json.stderr).toBe(0)
+      expect(JSON.parse(json.stdout).unknown).toEqual(listed)
+      const text = cli('unknown', '--config', file, '--route', 'payments')
+      expect(text.stdout).toContain(first.keyHash)
+      expect(text.stdout).toContain('fencegate resolve')
+
+      // failed: the effect did not happen, so the next attempt is forwarded
+      const failed = cli('resolve', '--config', file, '--route', 'payments', '--key-hash', first.keyHash, '--as', 'failed')
+      expect(failed.status, failed.stderr).toBe(0)
+      expect(failed.stdout).toContain('resolved as failed')
+      const retried = await send1('acct-1', 'charge-1')
+      expect(retried.status).toBe(201)
+      expect(up.hits('/accounts/acct-1/charges')).toBe(2)
+
+      // completed: the effect happened; later attempts get 409 response-not-stored, not forwarded
+      const second = listed.find((u) => u.resource === 'account:acct-2')!
+      const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ route: 'payments', keyHash: second.keyHash, as: 'completed' }) })
+      expect(done.status).toBe(200)
+      const after = await send1('acct-2', 'charge-2')
+      expect(after.status).toBe(409)
+      expect(after.json().type).toBe(`${P}response-not-stored`)
+      expect(up.hits('/accounts/acct-2/charges')).toBe(1)
+
+      expect((await send(`${gw.adminUrl}/unknown`)).json().unknown).toEqual([])
+
+      // the key's timeline: the timeout, the refused retry, the resolution, the forwarded retry
+      await gw.audit.flush()
+      const tl = cli('audit', '--config', file, '--key-hash', first.keyHash, '--json')
+      expect(tl.status, tl.stderr).toBe(0)
+      const entries = JSON.parse(tl.stdout).entries as Record<string, unknown>[]
+      expect(entries.map((e) => e.kind === 'resolve' ? `resolve ${e.resolution}` : `${e.status} ${e.outcome}`)).toEqual(['504 outcome_unknown', '409 outcome_unknown', 'resolve failed', '201 forwarded'])
+      expect(entries[0]).toMatchObject({ resource: 'account:acct-1', token: '7', unknown: 'timeout', requestId: 'req-acct-1' })
+      const byResource = (await send(`${gw.adminUrl}/audit/timeline?resource=${encodeURIComponent('account:acct-2')}`)).json()
+      expect(byResource.entries.map((e: { status: number }) => e.status)).toEqual([504, 409])
+      const human = cli('audit', '--config', file, '--resource', 'account:acct-1')
+      expect(human.stdout).toContain('3 attempts on resource account:acct-1')
+      expect(human.stdout).toContain('request req-acct-1')
+      const again = cli('resolve', '--config', file, '--route', 'payments', '--key-hash', first.keyHash, '--as', 'failed')
+      expect(again.status).toBe(1)
+      expect(again.stderr).toContain('no record in the unknown state')
+    }, 30_000)
+
+    test('the unresolved gauge counts them from the store, 0 from the start', async () => {
+      const { gw } = await setup()
+      expect(metric(await metrics(gw.adminUrl), 'fencegate_unknown_outcomes_unresolved', { route: 'payments' })).toBe(0)
+      expect((await metrics(gw.adminUrl))).toMatch(/^fencegate_unknown_outcomes_unresolved\{route="payments"\} 0$/m)
+    })
+  })
+}
+
+test('resolve --key-hash refuses a malformed hash and a hash with a key (exit 2)', async () => {
+  const dir = tempDir('fg-unknown-')
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+  const file = join(dir, 'fencegate.yaml')
+  writeFileSync(file, `store:\n  kind: sqlite\n  path: fg.db\nroutes:\n  - name: p\n    match:\n      path: /p\n    upstream:\n      url: http://127.0.0.1:9\n    idempotency: {}\n`)
+  expect(cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'xyz', '--as', 'failed').status).toBe(2)
+  expect(cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'a'.repeat(64), '--key', 'k', '--as', 'failed').status).toBe(2)
+  expect(cli('resolve', '--config', file, '--route', 'p', '--as', 'failed').status).toBe(2)
+})
