@@ -1,28 +1,31 @@
 /**
- * Builds the gateway's Hono app. Each route of the config becomes one handler chain in the
- * contract's order — route → fencing → idempotency → forward — registered in config order, so
- * the first matching route wins.
+ * Builds the gateway's Hono app. Every request passes `observe` (its facts, measured and
+ * recorded once) and `refusePath`; each route of the config then becomes one chain in the
+ * contract's order — route → admission (fencing, then idempotency: one store call) → forward —
+ * registered in config order, so the first matching route wins.
  */
+import { randomUUID } from 'node:crypto'
 import { Hono, type MiddlewareHandler } from 'hono'
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
+import { context as otelContext } from '@opentelemetry/api'
 import type { Pool } from 'undici'
 import type { Config } from './config/schema.js'
 import type { GatewayEnv } from './context.js'
+import type { RequestFacts } from './facts.js'
 import { compileRoute, type CompiledRoute } from './route.js'
 import { Problem } from './problems.js'
 import { tooLarge } from './body.js'
 import type { Store } from './store/types.js'
 import type { StateWatch } from './store/state.js'
 import type { Metrics } from './telemetry/metrics.js'
-import { serverSpan } from './telemetry/tracing.js'
+import { startServerSpan, traceFields } from './telemetry/tracing.js'
 import type { Fields, Logger } from './log.js'
-import { randomUUID } from 'node:crypto'
-import type { AuditEntry } from './audit/types.js'
-import { fencing, InFlight } from './fencing/index.js'
-import { idempotency } from './idempotency/index.js'
+import { InFlight } from './fencing/index.js'
+import { admission } from './admission.js'
 import { forward, createUpstream } from './forward/index.js'
 import type { AuditQueue } from './audit/queue.js'
-import { activeTraceId, attemptEntry } from './audit/entry.js'
+import type { AuditEntry } from './audit/types.js'
+import { attemptEntry } from './audit/entry.js'
 
 // A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
 // resolving it after routing could reach another route's path or resource (an upstream that
@@ -30,34 +33,24 @@ import { activeTraceId, attemptEntry } from './audit/entry.js'
 // not send. Refused instead.
 const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:\/|%2f|%5c|\\|$)/i
 
+/**
+ * A client's request id is used when it is 1–200 of `A-Z a-z 0-9 - _ . : / + =` (a UUID, a
+ * ULID, a trace-like id); anything else is replaced, never echoed into logs or upstream.
+ */
+const REQUEST_ID = /^[A-Za-z0-9\-_.:/+=]{1,200}$/
+export function saneRequestId(v: string | string[] | undefined): string | undefined {
+  return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined
+}
+
 export interface Gateway {
   app: Hono<GatewayEnv>
   pools: Pool[]
 }
 
 /**
- * Sets the route for the chain. Refuses, before any check can change state (a fencing
- * high-water mark raised for a request that then cannot be sent): a declared body larger than
- * the route accepts, and — with the store's state lost — every fenced or idempotent request.
- */
-function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler<GatewayEnv> {
-  const guarded = !!(route.fencing || route.idempotency)
-  const maxBody = route.config.maxRequestBytes
-  return async function routeEntry(c, next) {
-    c.set('route', route)
-    const declared = c.env.incoming.headers['content-length']
-    if (declared !== undefined && Number(declared) > maxBody) throw tooLarge(maxBody)
-    if (guarded && watch?.lost) {
-      throw new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })
-    }
-    await next()
-  }
-}
-
-/**
- * Measures every request and records its outcome (contract §6); with tracing on, names the
- * request's SERVER span and gives it the `fencegate.*` attributes from `c.var` (contract §7);
- * queues the request's attempt log entry (contract §8): the one place every decision is written.
+ * Opens every request: its facts (request id first), its SERVER span when tracing is on; and
+ * closes it: the one place its outcome is measured (contract §6), its span annotated (§7), its
+ * attempt entry queued (§8) and its access line written. It decides nothing.
  */
 function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?: AuditQueue): MiddlewareHandler<GatewayEnv> {
   const idHeader = logConfig.requestIdHeader.toLowerCase()
@@ -65,39 +58,65 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
   return async function observe(c, next) {
     const started = performance.now()
     const incoming = c.env.incoming
-    const requestId = saneRequestId(incoming.headers[idHeader]) ?? randomUUID()
-    c.set('requestId', requestId)
-    const annotate = serverSpan(c)
-    const traceId = annotate && activeTraceId()
-    const path = incoming.url ?? '/'
-    const q = path.indexOf('?')
-    if (DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) {
-      const p = new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
-      c.set('outcome', p.outcome)
-      c.res = p.toResponse(requestId, idHeader)
-    } else {
-      await next()
-    }
-    const route = c.get('route')?.name ?? 'none'
-    const outcome = c.get('outcome') ?? 'forwarded'
-    const code = c.get('code') ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
-    metrics.requests.inc({ route, method: c.env.incoming.method ?? 'GET', code: String(code), outcome })
-    annotate?.(outcome)
+    const f: RequestFacts = { requestId: saneRequestId(incoming.headers[idHeader]) ?? randomUUID(), method: incoming.method ?? 'GET' }
+    c.set('facts', f)
+    const span = startServerSpan(incoming)
+    if (span) await otelContext.with(span.ctx, next)
+    else await next()
+    const code = f.code ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
     const ms = performance.now() - started
-    metrics.requestDuration.observe({ route, outcome }, ms / 1000)
-    const entry = attemptEntry(c, outcome, code, ms, traceId)
+    const record = () => {
+      const route = f.route ?? 'none'
+      const outcome = f.outcome ?? 'forwarded'
+      metrics.requests.inc({ route, method: f.method, code: String(code), outcome })
+      metrics.requestDuration.observe({ route, outcome }, ms / 1000)
+      span?.end(f, code)
+    }
+    // inside the span's context: the duration's exemplar points at it
+    if (span) otelContext.with(span.ctx, record)
+    else record()
+    const entry = attemptEntry(f, code, ms, span?.traceId)
     audit?.push(entry)
-    if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, q < 0 ? path : path.slice(0, q), incoming.socket?.remoteAddress))
+    if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, incoming))
+  }
+}
+
+/** Refuses a path holding a dot segment (400 bad-path), before routing. */
+function refusePath(idHeader: string): MiddlewareHandler<GatewayEnv> {
+  return async function refusePath(c, next) {
+    const path = c.env.incoming.url ?? '/'
+    const q = path.indexOf('?')
+    if (!DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) return next()
+    const p = new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
+    c.get('facts').outcome = p.outcome
+    return p.toResponse(c.get('facts').requestId, idHeader)
   }
 }
 
 /**
- * A client's request id is used when it is 1–200 of `A-Z a-z 0-9 - _ . : / + =` (a UUID, a
- * ULID, a trace-like id); anything else is replaced, never echoed into logs or upstream.
+ * Notes the route. Refuses, before anything is read or checked: with the store's state lost,
+ * every fenced or idempotent request (503 store-state-lost); on an unguarded route, a declared
+ * body larger than it accepts (413; on guarded routes admission refuses it, after a stale token).
  */
-const REQUEST_ID = /^[A-Za-z0-9\-_.:/+=]{1,200}$/
-function saneRequestId(v: string | string[] | undefined): string | undefined {
-  return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined
+function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler<GatewayEnv> {
+  const guarded = !!(route.fencing || route.idempotency)
+  const maxBody = route.config.maxRequestBytes
+  const pattern = route.config.match.path
+  return async function routeEntry(c, next) {
+    const f = c.get('facts')
+    f.route = route.name
+    f.pattern = pattern
+    c.set('route', route)
+    if (guarded) {
+      if (watch?.lost) {
+        throw new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })
+      }
+    } else {
+      const declared = c.env.incoming.headers['content-length']
+      if (declared !== undefined && Number(declared) > maxBody) throw tooLarge(maxBody)
+    }
+    await next()
+  }
 }
 
 /** `log.access: decisions`: a request refused, replayed, or not completed, or a possible duplicate effect. */
@@ -105,9 +124,12 @@ const isDecision = (e: AuditEntry): boolean =>
   e.outcome !== 'forwarded' || e.unknown !== undefined || !!e.duplicate || !!e.overtaken || !!e.abandoned
 
 /** The access log line of a request: its attempt entry's facts, the path without its query, the peer. */
-function accessFields(e: AuditEntry, path: string, client: string | undefined): Fields {
+function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming']): Fields {
+  const url = incoming.url ?? '/'
+  const q = url.indexOf('?')
+  const client = incoming.socket?.remoteAddress
   return {
-    requestId: e.requestId, traceId: e.traceId, route: e.route, method: e.method, path, status: e.status,
+    requestId: e.requestId, traceId: e.traceId, route: e.route, method: e.method, path: q < 0 ? url : url.slice(0, q), status: e.status,
     outcome: e.outcome, durationMs: e.durationMs, resource: e.resource, token: e.token, keyHash: e.keyHash,
     result: e.result, unknown: e.unknown, upstreamStatus: e.upstreamStatus,
     duplicate: e.duplicate, overtaken: e.overtaken, abandoned: e.abandoned,
@@ -121,7 +143,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   const inFlight = new InFlight() // per process: fencing's requests in flight, by resource
   metrics.trackInFlight(inFlight)
   const idHeader = config.log.requestIdHeader.toLowerCase()
-  app.use('*', observe(metrics, log, config.log, audit))
+  app.use('*', observe(metrics, log, config.log, audit), refusePath(idHeader))
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
@@ -129,33 +151,36 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     pools.push(pool)
     const chain = [
       routeEntry(route, watch),
-      fencing(route, store, metrics, log, inFlight),
-      idempotency(route, store, metrics, log),
-      forward(route, pool, metrics),
+      admission(route, store, metrics, log, inFlight),
+      forward(route, pool, metrics, traceFields()),
     ] as const
     if (rc.match.methods) app.on(rc.match.methods, rc.match.path, ...chain)
     else app.all(rc.match.path, ...chain)
   }
   app.notFound((c) => {
-    c.set('outcome', 'no_route')
-    return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').toResponse(c.get('requestId'), idHeader)
+    const f = c.get('facts')
+    f.outcome = 'no_route'
+    return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').toResponse(f.requestId, idHeader)
   })
   app.onError((err, c) => {
+    const f = c.get('facts')
     if (err instanceof Problem) {
-      c.set('outcome', err.outcome)
-      return err.toResponse(c.get('requestId'), idHeader)
+      f.outcome = err.outcome
+      return err.toResponse(f.requestId, idHeader)
     }
     if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
       // the client left before its request was whole: nothing was forwarded, nobody to answer
-      c.set('outcome', 'bad_request')
-      c.set('code', 499)
+      f.outcome = 'bad_request'
+      f.code = 499
       c.env.outgoing.destroy()
       return RESPONSE_ALREADY_SENT
     }
-    log.error('unexpected error on the request path', { route: c.get('route')?.name, requestId: c.get('requestId'), error: err.message })
-    c.set('outcome', 'upstream_error')
+    // a bug on the request path: the gateway's fault, said as such (never blamed on the upstream)
+    log.error('unexpected error on the request path', { route: f.route, requestId: f.requestId, error: err.message })
+    const p = new Problem('gateway-error', 'The gateway failed to handle the request; nothing of it is known to have reached the upstream unless its outcome says so.')
+    f.outcome = p.outcome
     if (c.env.outgoing.headersSent) { c.env.outgoing.destroy(); return RESPONSE_ALREADY_SENT }
-    return new Problem('upstream-unavailable', 'The gateway failed to handle the request.').toResponse(c.get('requestId'), idHeader)
+    return p.toResponse(f.requestId, idHeader)
   })
   return { app, pools }
 }

@@ -8,7 +8,7 @@
 export type Outcome =
   | 'forwarded' | 'replayed' | 'stale' | 'token_missing' | 'token_malformed' | 'key_missing'
   | 'key_malformed' | 'key_reused' | 'in_flight' | 'outcome_unknown' | 'upstream_error'
-  | 'store_error' | 'no_route' | 'bad_request' | 'serialize_timeout'
+  | 'store_error' | 'no_route' | 'bad_request' | 'serialize_timeout' | 'gateway_error'
 
 interface ProblemKind { status: number; title: string; outcome: Outcome }
 
@@ -29,6 +29,7 @@ export const PROBLEMS = {
   'body-too-large': { status: 413, title: 'Request body too large', outcome: 'bad_request' },
   'upstream-unavailable': { status: 502, title: 'Upstream unavailable', outcome: 'upstream_error' },
   'upstream-timeout': { status: 504, title: 'Upstream timeout', outcome: 'outcome_unknown' },
+  'gateway-error': { status: 500, title: 'Gateway error', outcome: 'gateway_error' },
   'store-state-lost': { status: 503, title: 'Store lost its state', outcome: 'store_error' },
   'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
   'serialize-timeout': { status: 503, title: 'Older writes to this resource still in flight', outcome: 'serialize_timeout' },

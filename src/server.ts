@@ -19,7 +19,6 @@ import { closeUpstreams } from './forward/index.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
 import { VERSION } from './version.js'
-import { untraced } from './telemetry/tracing.js'
 import { AuditQueue } from './audit/queue.js'
 import { watchUnknown } from './audit/unknown.js'
 
@@ -221,7 +220,6 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const server = createProxyServer(app.fetch, config)
   refuseHopelessUploads(server, Math.max(...config.routes.map((r) => r.maxRequestBytes)), config.log.requestIdHeader.toLowerCase())
   const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config, watch }).fetch }) as Server
-  untraced(admin) // probes and scrapes are not traffic: no spans
   let url: string, adminUrl = ''
   try {
     url = await listen(server, config.listen)

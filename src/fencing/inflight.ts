@@ -15,7 +15,7 @@
  * already registered when a newer one is accepted. An entry exists only while one of its
  * requests does, so the map holds no more than the requests in flight (plus held ones).
  */
-import type { Fence, FenceFlights } from '../context.js'
+import type { FenceFlights } from '../context.js'
 
 interface Waiter { token: bigint; wake: (ok: boolean) => void }
 
@@ -31,10 +31,9 @@ export class ResourceFlights implements FenceFlights {
 
   constructor(readonly resource: string) {}
 
-  /** Called by `forward()` just before the request goes upstream. */
-  markSent(fence: Fence): void {
-    fence.sent = true
-    if (fence.token > this.sent) this.sent = fence.token
+  /** Called by `forward()` just before the request with `token` goes upstream. */
+  markSent(token: bigint): void {
+    if (token > this.sent) this.sent = token
   }
 
   /** Whether a token older than `token` is registered here. */

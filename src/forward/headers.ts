@@ -4,7 +4,6 @@
  * fields after that removal, so a client cannot make it drop them.
  */
 import type { IncomingMessage } from 'node:http'
-import { replacedTraceFields } from '../telemetry/tracing.js'
 
 /** RFC 9110 §7.6.1 and the de-facto ones (Keep-Alive, Proxy-Connection). */
 export const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
@@ -40,8 +39,10 @@ const peerAddress = (incoming: IncomingMessage): string => {
  * @param keep lower-case names never removed as Connection-named (the route's token and key headers)
  * @param requestId the request id header (lower-case name) and value: the client's lines of it are
  *   replaced by this one (the same value when the client's was sane)
+ * @param traceFields lower-case fields the gateway's trace propagator writes: with tracing on, the
+ *   client's `traceparent` (tracestate, baggage) is replaced, never appended to
  */
-export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, keep?: ReadonlySet<string>, requestId?: readonly [string, string]): string[] {
+export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, keep?: ReadonlySet<string>, requestId?: readonly [string, string], traceFields: readonly string[] = []): string[] {
   const raw = incoming.rawHeaders
   const named = connectionNamed(incoming.headers.connection)
   // the fencing token and idempotency key are forwarded so the upstream can check them too: a
@@ -50,8 +51,7 @@ export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, 
   const out: string[] = []
   let xff: string | undefined
   let via: string | undefined
-  // with tracing on, the client's traceparent (tracestate, baggage) is replaced, never appended to
-  const trace = replacedTraceFields.length > 0 ? replacedTraceFields : undefined
+  const trace = traceFields.length > 0 ? traceFields : undefined
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]
     const lower = name.toLowerCase()

@@ -20,6 +20,7 @@ import { Problem } from '../problems.js'
 import { tooLarge } from '../body.js'
 import { UpstreamCall } from './capture.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
+import { startClientSpan } from '../telemetry/tracing.js'
 
 // Errors raised before any byte of the request could reach the upstream.
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'])
@@ -60,10 +61,12 @@ export function createUpstream(route: CompiledRoute): Pool {
 }
 
 /**
+ * @param traceFields the request fields the trace propagator writes (`traceparent`, …), lower
+ *   case: the client's are not forwarded, the gateway's own are (contract §5); empty with tracing off
  * @example
- * app.post('/accounts/:account/*', fencing(...), idempotency(...), forward(route, pool, metrics))
+ * app.post('/accounts/:account/*', routeEntry(...), admission(...), forward(route, pool, metrics, []))
  */
-export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): MiddlewareHandler<GatewayEnv> {
+export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics, traceFields: readonly string[] = []): MiddlewareHandler<GatewayEnv> {
   const upstream = new URL(route.config.upstream.url)
   const host = upstream.host
   const maxBody = route.config.maxRequestBytes
@@ -75,29 +78,32 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
 
   return async function forward(c) {
     const { incoming, outgoing } = c.env
-    // every path through idempotency() settles fencing's check; never send one left unmade
-    if (c.get('pendingFence')?.settled === false) throw new Error('the fencing check was not made before forwarding')
+    const f = c.get('facts')
     const exchange = c.get('exchange')
     const buffered = c.get('body')
-    const declared = incoming.headers['content-length'] // over the limit: refused in routeEntry
+    const declared = incoming.headers['content-length'] // over the limit: refused in routeEntry or admission
     const hasBody = buffered !== undefined || declared !== undefined || incoming.headers['transfer-encoding'] !== undefined
     const body = buffered ?? (!hasBody ? null : declared !== undefined ? incoming : limited(incoming, maxBody))
 
-    const fence = fenced ? c.get('fence') : undefined
+    const flights = fenced ? c.get('flights') : undefined
     // kept for replays: captured up to the limit, then streamed; otherwise streamed from the start
     const call = new UpstreamCall(exchange ? exchange.captureBytes : 0, timeoutMs, () => {
-      fence?.flights?.markSent(fence) // from here on, an older token of the resource ending is overtaken
+      // from here on, an older token of the resource ending is overtaken
+      if (flights) { f.sent = true; flights.markSent(f.token!) }
     })
     const onClose = () => { if (!outgoing.writableFinished) call.abort() }
     if (outgoing.destroyed || incoming.socket?.destroyed) {
       // the client left while the checks ran: send nothing, give the claim back
       await exchange?.onFailure({ sent: false })
-      c.set('outcome', 'bad_request')
-      c.set('code', 499)
+      f.outcome = 'bad_request'
+      f.code = 499
       return RESPONSE_ALREADY_SENT
     }
     outgoing.once('close', onClose)
-    const requestOptions = { path: originForm(incoming.url!), method: incoming.method as Dispatcher.HttpMethod, headers: requestHeaders(incoming, host, keep, [idHeader, c.get('requestId')]) }
+    const path = originForm(incoming.url!)
+    const sendHeaders = requestHeaders(incoming, host, keep, [idHeader, f.requestId], traceFields)
+    const span = startClientSpan(f.method, upstream, path, sendHeaders)
+    const requestOptions = { path, method: f.method as Dispatcher.HttpMethod, headers: sendHeaders }
     const started = performance.now()
 
     /**
@@ -106,6 +112,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
      */
     const failed = async (err: Error & { code?: string }, wasSent: boolean, aborted: boolean): Promise<Response> => {
       outgoing.off('close', onClose)
+      span?.end(undefined, call.timedOut ? 'timeout' : err.code ?? err.name)
       if (err instanceof BodyLimitError || (err as { cause?: unknown }).cause instanceof BodyLimitError) {
         await exchange?.onFailure({ sent: false })
         throw tooLarge(maxBody)
@@ -120,8 +127,8 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       if (!wasSent && aborted) {
         // the client left while undici was still connecting or queued: nothing reached the upstream
         await exchange?.onFailure({ sent: false })
-        c.set('outcome', 'bad_request')
-        c.set('code', 499)
+        f.outcome = 'bad_request'
+        f.code = 499
         return RESPONSE_ALREADY_SENT
       }
       if (!wasSent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
@@ -130,9 +137,9 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       }
       const reason: UnknownReason = call.timedOut ? 'timeout' : aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
       unknown(reason)
-      c.set('unknownReason', reason)
+      f.unknown = reason
       await exchange?.onFailure({ sent: true, reason })
-      if (reason === 'client_abort') { c.set('outcome', 'outcome_unknown'); c.set('code', 499); return RESPONSE_ALREADY_SENT }
+      if (reason === 'client_abort') { f.outcome = 'outcome_unknown'; f.code = 499; return RESPONSE_ALREADY_SENT }
       if (reason === 'timeout') {
         throw new Problem('upstream-timeout', `The upstream sent no response within ${timeoutMs} ms. The request was sent, so it may have taken effect.`)
       }
@@ -142,21 +149,22 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     }
     /** The upstream reset mid-body or the client left: never end a truncated body cleanly. */
     const broken = async (aborted: boolean, timedOut: boolean) => {
+      span?.end(call.status, timedOut ? 'timeout' : aborted ? 'client_abort' : 'reset')
       if (outgoing.writableFinished) return
       const reason: UnknownReason = timedOut ? 'timeout' : aborted ? 'client_abort' : 'reset'
       unknown(reason)
       await exchange?.onFailure({ sent: true, reason })
-      c.set('unknownReason', reason)
-      c.set('outcome', 'outcome_unknown')
+      f.unknown = reason
+      f.outcome = 'outcome_unknown'
       // what the client got: 499 when it left (nginx), 0 when it got no status line at all
       // (a captured answer cut off before its head was written; Envoy logs such a one as 0)
-      if (aborted) c.set('code', 499)
-      else if (!outgoing.headersSent) c.set('code', 0)
+      if (aborted) f.code = 499
+      else if (!outgoing.headersSent) f.code = 0
     }
     const answered = (status: number) => {
       metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, (performance.now() - started) / 1000)
-      c.set('upstreamStatus', status)
-      c.set('outcome', 'forwarded')
+      f.upstreamStatus = status
+      f.outcome = 'forwarded'
     }
 
     try {
@@ -167,10 +175,10 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
     answered(call.status)
     const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)
     try {
-      if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, c.get('requestId')], idHeader)) // streamed: headers first
+      if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader)) // streamed: headers first
       const more = await call.body()
       if (more) {
-        if (exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, c.get('requestId')], idHeader))
+        if (exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader))
         for (const ch of call.chunks) outgoing.write(ch)
         const streamed = call.streamRest(outgoing)
         streamed.catch(() => {}) // awaited below; must not count as unhandled meanwhile
@@ -182,7 +190,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
         const whole = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
         if (exchange) {
           await exchange.onResponse({ status: call.status, headers, body: whole })
-          outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, c.get('requestId')], idHeader))
+          outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader))
         }
         outgoing.end(whole)
       }
@@ -192,6 +200,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics): Mid
       outgoing.destroy()
     } finally {
       outgoing.off('close', onClose)
+      span?.end(call.status)
     }
     return RESPONSE_ALREADY_SENT
   }

@@ -17,6 +17,7 @@
  */
 
 import type { AuditLog } from '../audit/types.js'
+import type { UnknownReason } from '../facts.js'
 
 /** Store kinds from the config (contract §2); also the `store` label in metrics. */
 export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
@@ -56,8 +57,8 @@ export interface StoredResponse {
   body: Buffer
 }
 
-/** Why the outcome of a forwarded request is unknown (contract §6 `reason`). */
-export type UnknownReason = 'timeout' | 'reset' | 'client_abort' | 'crash'
+/** Why the outcome of a forwarded request is unknown (contract §6 `reason`), shared with the request's facts. */
+export type { UnknownReason }
 
 export interface ClaimRequest {
   fingerprint: string

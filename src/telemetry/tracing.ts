@@ -1,19 +1,18 @@
 /**
- * What the request path needs from tracing (contract §7), on the OpenTelemetry API only: the
- * SDK is started by `bootstrap.ts`, or not at all. With no SDK every call here finds no span
- * and returns at once, so tracing off costs one context lookup per request.
+ * Traces (contract §7), made by the gateway itself on the OpenTelemetry API: one SERVER span per
+ * request on the proxy listener (its parent from the client's `traceparent`), one CLIENT span
+ * per upstream call, whose context is injected into the upstream request by the registered
+ * propagator. No generic HTTP or undici instrumentation runs: they cost more per request than
+ * the rest of the gateway together.
  *
- * The SERVER span is the one `@opentelemetry/instrumentation-http` starts for the request; the
- * gateway names it `{method} {http.route}` and adds the `fencegate.*` attributes. The CLIENT
- * span of the upstream call is `@opentelemetry/instrumentation-undici`'s.
+ * The SDK is started by `sdk.ts` (from `bootstrap.ts`), or not at all: with none, `tracingOn()` is
+ * false and the request path makes no span and no context switch. Names and attributes follow the
+ * OpenTelemetry HTTP semantic conventions, plus the `fencegate.*` attributes of contract §7.
  */
-import { auditKeyHash } from '../audit/entry.js'
-import type { Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { context as otelContext, trace, TraceFlags, type Span } from '@opentelemetry/api'
-import { getRPCMetadata, RPCType } from '@opentelemetry/core'
-import type { Context } from 'hono'
-import type { GatewayEnv } from '../context.js'
+import type { IncomingMessage } from 'node:http'
+import { context as otelContext, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Context, type Span, type TextMapGetter, type Tracer } from '@opentelemetry/api'
+import { VERSION } from '../version.js'
+import type { RequestFacts } from '../facts.js'
 
 /**
  * Whether the environment asks for traces to be exported: `OTEL_TRACES_EXPORTER` set to
@@ -41,41 +40,28 @@ export const ATTR = {
 export const EVENT_FENCING_REJECTED = 'fencegate.fencing.rejected'
 export const EVENT_REPLAYED = 'fencegate.idempotency.replayed'
 
+let tracer: Tracer | undefined
+let fields: readonly string[] = []
+
+/** True once the SDK started in this process, until it shuts down. */
+export const tracingOn = (): boolean => tracer !== undefined
+
 /**
- * Request header fields the gateway's propagator writes on the upstream request (`traceparent`,
- * `tracestate`, `baggage` with the default W3C propagators), lower-case. Empty while tracing is
- * off. The client's values of these fields are not forwarded when tracing is on: the upstream
- * gets the gateway's own span context, never a second `traceparent` (contract §5).
+ * Request header fields the propagator writes on the upstream request (`traceparent`,
+ * `tracestate`, `baggage` with the default W3C propagators), lower case; empty while tracing is
+ * off. The client's values of these fields are not forwarded then (contract §5).
  */
-export let replacedTraceFields: readonly string[] = []
+export const traceFields = (): readonly string[] => fields
 
-/** True once the SDK started in this process (`startTracing`), until it shuts down. */
-export const tracingOn = (): boolean => replacedTraceFields.length > 0
-
-/** Set by the SDK start-up to the propagator's fields. */
-export function setReplacedTraceFields(fields: readonly string[]): void {
-  replacedTraceFields = fields.map((f) => f.toLowerCase())
+/** Called by the SDK's start (`on`) and shutdown (`off`). */
+export function setTracing(on: boolean): void {
+  tracer = on ? trace.getTracer('fencegate', VERSION) : undefined
+  fields = on ? propagation.fields().map((f) => f.toLowerCase()) : []
 }
 
-// Listeners whose requests get no span (the admin listener: probes and scrapes are not traffic).
-const untracedListeners = new Set<string>()
-const listenerKey = (address: string | undefined, port: number | undefined) => `${address}|${port}`
-
-/** Requests to this server get no SERVER span (call it before or after it listens). */
-export function untraced(server: Server): void {
-  let key: string | undefined
-  const add = () => {
-    const a = server.address() as AddressInfo | null
-    if (a && typeof a === 'object') untracedListeners.add(key = listenerKey(a.address, a.port))
-  }
-  if (server.listening) add()
-  else server.once('listening', add)
-  server.once('close', () => { if (key) untracedListeners.delete(key) })
-}
-
-/** For `ignoreIncomingRequestHook`: whether a request arrived on an untraced listener. */
-export function isUntracedRequest(req: { socket: { localAddress?: string; localPort?: number } }): boolean {
-  return untracedListeners.size > 0 && untracedListeners.has(listenerKey(req.socket.localAddress, req.socket.localPort))
+const headerGetter: TextMapGetter<IncomingMessage['headers']> = {
+  keys: (h) => Object.keys(h),
+  get: (h, key) => h[key],
 }
 
 /** The active span when it is sampled, for exemplars: `{trace_id, span_id}`, else undefined. */
@@ -87,66 +73,114 @@ export function traceExemplar(): { trace_id: string; span_id: string } | undefin
   return { trace_id: sc.traceId, span_id: sc.spanId }
 }
 
-/**
- * What spans carry instead of the key: the attempt log's key hash (SHA-256 of scope hash and
- * key), so a span and its audit row can be joined, and one key used by two tenants differs.
- */
-export const keyHash = auditKeyHash
-
-/**
- * Starts annotating the request's SERVER span, if there is one: returns a function that writes
- * the attributes and events from `c.var` once. It also runs just before the span ends (the
- * response's `close`, which the HTTP instrumentation ends the span on), since a streamed
- * response may end before the middleware chain returns.
- */
-export function serverSpan(c: Context<GatewayEnv>): ((outcome?: string) => void) | undefined {
-  const active = otelContext.active()
-  const span = trace.getSpan(active)
-  if (!span || !span.isRecording()) return undefined
-  const rpc = getRPCMetadata(active)
-  let done = false
-  const annotate = (outcome?: string) => {
-    if (done) return
-    done = true
-    if (span.isRecording()) annotateServerSpan(span, c, outcome ?? c.get('outcome'), rpc?.type === RPCType.HTTP ? rpc : undefined)
-  }
-  c.env.outgoing.prependOnceListener('close', () => annotate())
-  return annotate
+/** A request's SERVER span and the context to run the rest of the request in. */
+export interface ServerTrace {
+  ctx: Context
+  /** the trace id, for the attempt log and the access line */
+  traceId: string
+  /** names the span, sets the `fencegate.*` attributes from the facts, and ends it (once) */
+  end(f: RequestFacts, status: number): void
 }
 
-function annotateServerSpan(span: Span, c: Context<GatewayEnv>, outcome: string | undefined, rpc: { route?: string } | undefined): void {
-  const route = c.get('route')
-  const method = c.env.incoming.method ?? 'GET'
-  if (route) {
-    const pattern = route.config.match.path
-    span.updateName(`${method} ${pattern}`)
-    span.setAttribute('http.route', pattern)
-    span.setAttribute(ATTR.route, route.name)
-    // the HTTP instrumentation names the span from this too when it ends it
-    if (rpc) rpc.route = pattern
+/**
+ * Starts the SERVER span of a request on the proxy listener, or returns undefined with tracing
+ * off. Its parent is the client's `traceparent` when it sent one.
+ */
+export function startServerSpan(req: IncomingMessage): ServerTrace | undefined {
+  if (!tracer) return undefined
+  const parent = propagation.extract(ROOT_CONTEXT, req.headers, headerGetter)
+  const method = req.method ?? 'GET'
+  const span = tracer.startSpan(method, {
+    kind: SpanKind.SERVER,
+    attributes: {
+      'http.request.method': method,
+      'url.path': pathOf(req.url),
+      'url.scheme': (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
+      'network.protocol.version': req.httpVersion,
+      'client.address': req.socket?.remoteAddress,
+      'user_agent.original': req.headers['user-agent'],
+    },
+  }, parent)
+  const ctx = trace.setSpan(parent, span)
+  let ended = false
+  return {
+    ctx,
+    traceId: span.spanContext().traceId,
+    end(f, status) {
+      if (ended) return
+      ended = true
+      annotate(span, f, status)
+      span.end()
+    },
   }
-  if (outcome) span.setAttribute(ATTR.outcome, outcome)
-  const rid = c.get('requestId')
-  if (rid) span.setAttribute(ATTR.requestId, rid)
-  const fence = c.get('fence')
-  if (fence) {
-    span.setAttribute(ATTR.resource, fence.resource)
-    span.setAttribute(ATTR.token, String(fence.token))
-    span.setAttribute(ATTR.highest, String(fence.highest))
+}
+
+function pathOf(url: string | undefined): string {
+  if (!url) return '/'
+  const q = url.indexOf('?')
+  return q < 0 ? url : url.slice(0, q)
+}
+
+function annotate(span: Span, f: RequestFacts, status: number): void {
+  if (f.pattern) {
+    span.updateName(`${f.method} ${f.pattern}`)
+    span.setAttribute('http.route', f.pattern)
   }
-  const record = c.get('idempotencyRecord')
-  if (record) span.setAttribute(ATTR.keyHash, keyHash(record.scope, record.key))
-  const result = c.get('idempotencyResult') ?? resultOf(outcome)
+  if (f.route) span.setAttribute(ATTR.route, f.route)
+  if (status > 0) span.setAttribute('http.response.status_code', status)
+  if (status >= 500 || status === 0) span.setStatus({ code: SpanStatusCode.ERROR })
+  const outcome = f.outcome ?? 'forwarded'
+  span.setAttribute(ATTR.outcome, outcome)
+  span.setAttribute(ATTR.requestId, f.requestId)
+  if (f.resource !== undefined) span.setAttribute(ATTR.resource, f.resource)
+  if (f.token !== undefined) span.setAttribute(ATTR.token, String(f.token))
+  if (f.highest !== undefined) span.setAttribute(ATTR.highest, String(f.highest))
+  if (f.keyHash) span.setAttribute(ATTR.keyHash, f.keyHash)
+  const result = f.result ?? (outcome === 'in_flight' || outcome === 'key_reused' ? outcome : undefined)
   if (result) span.setAttribute(ATTR.result, result)
-  if (outcome === 'stale' && fence) {
-    span.addEvent(EVENT_FENCING_REJECTED, { reason: 'stale', [ATTR.token]: String(fence.token), [ATTR.highest]: String(fence.highest) })
+  if (outcome === 'stale') {
+    span.addEvent(EVENT_FENCING_REJECTED, { reason: 'stale', [ATTR.token]: String(f.token), [ATTR.highest]: String(f.highest) })
   } else if (outcome === 'token_missing' || outcome === 'token_malformed') {
     span.addEvent(EVENT_FENCING_REJECTED, { reason: outcome === 'token_missing' ? 'missing' : 'malformed' })
   }
   if (result === 'replayed') span.addEvent(EVENT_REPLAYED)
 }
 
-// Idempotency results that the outcome alone tells.
-function resultOf(outcome: string | undefined): string | undefined {
-  return outcome === 'in_flight' || outcome === 'key_reused' ? outcome : undefined
+/** An upstream call's CLIENT span; `end` once the call is over. */
+export interface ClientTrace {
+  end(status: number | undefined, error?: string): void
+}
+
+/**
+ * Starts the CLIENT span of an upstream call in the active context (the request's SERVER span)
+ * and writes its context into `headers` (a flat name/value list) with the propagator.
+ * @returns undefined with tracing off
+ */
+export function startClientSpan(method: string, origin: URL, path: string, headers: string[]): ClientTrace | undefined {
+  if (!tracer) return undefined
+  const span = tracer.startSpan(method, {
+    kind: SpanKind.CLIENT,
+    attributes: {
+      'http.request.method': method,
+      'url.full': `${origin.origin}${path}`,
+      'server.address': origin.hostname,
+      'server.port': Number(origin.port || (origin.protocol === 'https:' ? 443 : 80)),
+    },
+  }, otelContext.active())
+  propagation.inject(trace.setSpan(otelContext.active(), span), headers, { set: (carrier, key, value) => { carrier.push(key, value) } })
+  let ended = false
+  return {
+    end(status, error) {
+      if (ended) return
+      ended = true
+      if (status !== undefined) span.setAttribute('http.response.status_code', status)
+      if (error !== undefined) {
+        span.setAttribute('error.type', error)
+        span.setStatus({ code: SpanStatusCode.ERROR })
+      } else if (status !== undefined && status >= 500) {
+        span.setStatus({ code: SpanStatusCode.ERROR })
+      }
+      span.end()
+    },
+  }
 }

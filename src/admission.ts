@@ -1,0 +1,203 @@
+/**
+ * `admission()`: the one step that decides whether a request goes upstream (contract §3, §4). It
+ * reads fencing's input (token, resource) and idempotency's (key, scope, body, fingerprint), makes
+ * the one store call they need — `fence`, `claim`, or both as `admit` — and applies the
+ * contract's precedence in one place:
+ *
+ *   1. fencing's own refusals (428 no token, 400 malformed token or resource);
+ *   2. a stale token (412), even when its key has a stored response;
+ *   3. the key's own problem (400 key or scope, 413 body);
+ *   4. the claim's result (replay, 409, 422), or forward.
+ *
+ * One rule for the high-water mark: a request refused for its own mistake (steps 1 and 3) never
+ * raises it; the token of such a request is checked for step 2 by reading the mark, not writing
+ * it. A request that reaches the check-and-set raises it, whatever its key's record then says:
+ * a replay under a newer lease is that lease holder's write.
+ *
+ * Around it, the request is registered in this process's fencing in-flight tracker
+ * (src/fencing/inflight.ts) until it ends, for `fencegate_fencing_overtaken_total` and
+ * `fencing.serialize`.
+ */
+import { randomUUID } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { MiddlewareHandler } from 'hono'
+import type { GatewayEnv } from './context.js'
+import type { RequestFacts } from './facts.js'
+import type { CompiledRoute } from './route.js'
+import type { Metrics } from './telemetry/metrics.js'
+import type { Logger } from './log.js'
+import type { ClaimRequest, ClaimResult, FenceRequest, Store } from './store/types.js'
+import { Problem } from './problems.js'
+import { storeProblem } from './store/problem.js'
+import { tooLarge } from './body.js'
+import { requestTemplateSource } from './template-source.js'
+import { fenceReader } from './fencing/read.js'
+import type { InFlight, ResourceFlights } from './fencing/inflight.js'
+import { claimReader, type ClaimInput } from './idempotency/read.js'
+import { Records, replay } from './idempotency/index.js'
+
+/** A store call; its failure is the 503 store-unavailable problem (fail closed). */
+async function ask<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call()
+  } catch (e) {
+    throw storeProblem(e)
+  }
+}
+
+/**
+ * @example
+ * app.post('/accounts/:account/*', routeEntry(...), admission(route, store, metrics, log, inFlight), forward(...))
+ * @throws Problem 428, 400, 412, 413, 422, 409, 503 (store-unavailable, serialize-timeout)
+ */
+export function admission(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger, inFlight: InFlight): MiddlewareHandler<GatewayEnv> {
+  const name = route.name
+  const readFence = fenceReader(route)
+  const readClaim = claimReader(route)
+  const records = route.idempotency ? new Records(route, store, metrics, log) : undefined
+  const fencingCfg = route.config.fencing
+  const serialize = fencingCfg?.serialize ?? false
+  const upstreamTimeout = route.config.upstream.timeout
+  const serializeWait = fencingCfg?.serializeWait ?? upstreamTimeout
+  const lease = route.config.idempotency?.lease
+  const waitForInFlight = route.config.idempotency?.inFlight === 'wait'
+  const maxBody = route.config.maxRequestBytes
+  const count = inFlight.route(name)
+
+  const reject = (reason: 'stale' | 'missing' | 'malformed', p: Problem): never => {
+    metrics.fencingRejections.inc({ route: name, reason })
+    throw p
+  }
+  const stale = (f: RequestFacts, highest: bigint): never => {
+    f.highest = highest
+    return reject('stale', new Problem('stale-fencing-token', `Fencing token ${f.token} is older than ${highest}, the highest accepted for this resource: a newer lease holder has written since.`, {
+      resource: f.resource!, token: String(f.token), highestToken: String(highest),
+    }))
+  }
+
+  /**
+   * Claims the key (with the fencing check when `fence` is given: one `admit` call) and acts on
+   * the result: forwards (`next`) when claimed, else replays or refuses.
+   */
+  const claimAndGo = async (c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, claim: ClaimInput, fence: FenceRequest | undefined, next: () => Promise<void>): Promise<void | Response> => {
+    const r = records!
+    c.set('body', claim.body)
+    f.keyHash = claim.keyHash
+    f.fingerprint = claim.fingerprint
+    const claimId = randomUUID()
+    const req: ClaimRequest = { fingerprint: claim.fingerprint, claimId, leaseMs: lease!, ttlMs: route.idempotency!.ttl, retryUnknown: route.idempotency!.unknownOutcome === 'retry' }
+    const deadline = Date.now() + upstreamTimeout
+    for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {
+      let result: ClaimResult
+      if (fence) {
+        const check = fence
+        const admitted = await ask(() => store.admit(check, claim.recordKey, req, Date.now()))
+        if (!admitted.fence.accepted) stale(f, admitted.fence.highest)
+        f.highest = admitted.fence.highest
+        fence = undefined // checked: a wait for an in-flight key claims alone
+        result = admitted.claim!
+      } else {
+        result = await ask(() => store.claim(claim.recordKey, req, Date.now()))
+      }
+      r.noteFindings(f, result)
+      if (result.kind === 'claimed') {
+        const exchange = r.exchange(f, claim.recordKey, claimId)
+        c.set('exchange', exchange)
+        try {
+          await next()
+        } finally {
+          exchange.end()
+        }
+        return
+      }
+      const a = r.answer(f, result, waitForInFlight && Date.now() + pause < deadline)
+      if ('wait' in a) { await sleep(pause); continue }
+      if ('problem' in a) throw a.problem
+      return replay(c.env.outgoing, a.replay, route.requestIdHeader, f.requestId)
+    }
+  }
+
+  return async function admission(c, next) {
+    const f = c.get('facts')
+    const incoming = c.env.incoming
+    let src: ReturnType<typeof requestTemplateSource> | undefined
+    const source = () => (src ??= requestTemplateSource(c))
+    const fence = readFence(incoming.headers, source)
+    if (fence && 'refused' in fence) return reject(fence.reason, fence.refused) // 1. fencing's own refusals
+    let claim = await readClaim(incoming, source)
+    if (!(claim && 'refused' in claim)) {
+      const declared = incoming.headers['content-length']
+      if (declared !== undefined && Number(declared) > maxBody) claim = { refused: tooLarge(maxBody) }
+    }
+    if (!fence) {
+      if (claim && 'refused' in claim) throw claim.refused
+      return claim ? claimAndGo(c, f, claim, undefined, next) : next()
+    }
+
+    const { resource, token } = fence
+    f.resource = resource
+    f.token = token
+    // registered before the check: an older token accepted before this one is always seen here
+    const flights = inFlight.enter(resource, token)
+    count.n++
+    const started = Date.now()
+    let held = false
+    try {
+      if (claim && 'refused' in claim) {
+        // 2 before 3, without raising the mark: the mark is read, not written
+        const highest = await ask(() => store.highest(resource))
+        if (highest !== undefined && token < highest) stale(f, highest)
+        throw claim.refused
+      }
+      c.set('flights', flights)
+      let answered: void | Response
+      if (claim && !serialize) {
+        answered = await claimAndGo(c, f, claim, fence, next)
+      } else {
+        const checked = await ask(() => store.fence(resource, token))
+        if (!checked.accepted) stale(f, checked.highest)
+        f.highest = checked.highest
+        if (serialize) await waitForOlder(c, f, flights)
+        answered = claim ? await claimAndGo(c, f, claim, undefined, next) : await next()
+      }
+      if (f.sent && flights.sent > token) {
+        f.overtaken = true
+        metrics.fencingOvertaken.inc({ route: name })
+        log.warn('a request ended after one with a newer fencing token for the same resource had been sent upstream: the upstream may have applied the older write last', {
+          route: name, token: String(token), newerToken: String(flights.sent), requestId: f.requestId,
+        })
+      }
+      if (serialize && f.sent && f.outcome === 'outcome_unknown') {
+        // an unknown outcome holds the resource for the idempotency lease (from the request's
+        // start) when the request had a record, else for one more upstream timeout after it ended
+        const until = f.keyHash !== undefined && lease !== undefined ? started + lease : Date.now() + upstreamTimeout
+        if (until > Date.now()) {
+          held = true
+          inFlight.hold(flights, token, until, () => { count.n-- })
+        }
+      }
+      return answered
+    } finally {
+      if (!held) {
+        count.n--
+        inFlight.leave(flights, token)
+      }
+    }
+  }
+
+  /** `fencing.serialize`: waits until this process's older tokens of the resource have ended. */
+  async function waitForOlder(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceFlights): Promise<void> {
+    const token = f.token!
+    if (!(await inFlight.waitForOlder(flights, token, serializeWait))) {
+      const retry = flights.heldUntil > Date.now() ? Math.ceil((flights.heldUntil - Date.now()) / 1000) : 1
+      throw new Problem('serialize-timeout', `An older fencing token's request for this resource was still in flight (or its outcome unknown) after ${serializeWait} ms; this request was not forwarded, so that a newer write never reaches the upstream before an older one. Retry later.`, { token: String(token) }, { 'retry-after': String(retry) })
+    }
+    if (c.env.incoming.socket.destroyed) {
+      // the client left while held: do not send a write nobody waits for (nginx's 499)
+      f.code = 499
+      throw new Problem('serialize-timeout', 'The client closed the connection while the request waited for older fencing tokens; it was not forwarded.', { token: String(token) })
+    }
+    // cannot happen while every route sharing the resource serializes; refused if it does
+    if (flights.sent > token) stale(f, flights.sent)
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * What one request was and what the gateway decided about it: one object per request, created
+ * by `observe` (src/gateway.ts), filled along the path (route, admission, forward), and read
+ * once at the end for the metrics, the SERVER span, the attempt log entry and the access line.
+ * Plain data: telemetry and audit read it without knowing Hono or the middleware.
+ */
+import type { Outcome } from './problems.js'
+
+/** The idempotency result of contract §6 (`result` label), set on every path that has one. */
+export type IdempotencyResult = 'stored' | 'replayed' | 'in_flight' | 'key_reused' | 'released' | 'not_stored'
+
+/** Why an outcome is unknown (contract §6 `reason`). */
+export type UnknownReason = 'timeout' | 'reset' | 'client_abort' | 'crash'
+
+export interface RequestFacts {
+  /** the client's X-Request-Id when sane, else a new one */
+  requestId: string
+  method: string
+  /** the route's name and path pattern, once routed */
+  route?: string
+  pattern?: string
+  /** contract §6 outcome; `forwarded` when nothing else was decided */
+  outcome?: Outcome
+  /** the status to count when it is not the one written: 499 the client left, 0 no status line */
+  code?: number
+  /** fencing: the filled resource, the token, the mark after the check */
+  resource?: string
+  token?: bigint
+  highest?: bigint
+  /** the request was sent upstream after its fencing check (the overtaken detection's input) */
+  sent?: boolean
+  /** ended after a newer token of its resource was sent upstream */
+  overtaken?: boolean
+  /** the attempt log's key hash (hex SHA-256 of scope hash and key), computed once */
+  keyHash?: string
+  fingerprint?: string
+  result?: IdempotencyResult
+  /** this request's own outcome is unknown */
+  unknown?: UnknownReason
+  /** this request found an earlier attempt of its key abandoned past its lease */
+  abandoned?: boolean
+  /** forwarded again after an unknown outcome (unknownOutcome: retry) */
+  duplicate?: boolean
+  upstreamStatus?: number
+}
