@@ -36,6 +36,7 @@
  *                every request is answered 412 stale-fencing-token, nothing reaches the upstream
  *   fencing      a route with fencing only: unique, increasing tokens per connection — forwarded
  *   idempotency  a route with idempotency only: a new key every request — stored, forwarded
+ *   plain        a route with no checks: what every request pays (observe, route, forward)
  * The bare upstream, the floor, hono and fastify get the `unique` request stream (they ignore the headers).
  */
 import autocannon from 'autocannon'
@@ -63,8 +64,8 @@ if (FLOOR_MODE !== 'pipe' && FLOOR_MODE !== 'pipeline') settingErrors.push(`BENC
 const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim()).filter(Boolean)) : undefined
 
 /** What the gateways are measured on; see the file's docstring. */
-type Scenario = 'unique' | 'replay' | 'stale' | 'fencing' | 'idempotency'
-const SCENARIOS: Scenario[] = ['unique', 'replay', 'stale', 'fencing', 'idempotency']
+type Scenario = 'unique' | 'replay' | 'stale' | 'fencing' | 'idempotency' | 'plain'
+const SCENARIOS: Scenario[] = ['unique', 'replay', 'stale', 'fencing', 'idempotency', 'plain']
 const isScenario = (s: string): s is Scenario => (SCENARIOS as string[]).includes(s)
 /** BENCH_SCENARIOS: the scenarios every gateway runs, instead of each one's default */
 const SCENARIOS_SET = (() => {
@@ -222,6 +223,7 @@ async function startGateway(name: GatewayName, upstream: string): Promise<Gatewa
     benchRoute('bench-stale', ROUTE_PREFIX.stale, upstream),
     benchRoute('bench-fencing', ROUTE_PREFIX.fencing, upstream, { fencing: true }),
     benchRoute('bench-idempotency', ROUTE_PREFIX.idempotency, upstream, { idempotency: true }),
+    benchRoute('bench-plain', ROUTE_PREFIX.plain, upstream, {}),
   ].join(''))
   // traced: spans go over OTLP/HTTP to the bench upstream, which answers every POST with a 2xx
   const env: Record<string, string> = name === 'traced' ? { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${upstream}/v1/traces`, OTEL_SERVICE_NAME: 'fencegate-bench' } : {}
@@ -255,11 +257,11 @@ interface Target {
 let staleSeq = 0
 
 /** The first path segment of each scenario's route in the gateway config (startGateway). */
-const ROUTE_PREFIX: Record<Scenario, string> = { unique: 'accounts', replay: 'accounts', stale: 'stale', fencing: 'fenced', idempotency: 'keyed' }
+const ROUTE_PREFIX: Record<Scenario, string> = { unique: 'accounts', replay: 'accounts', stale: 'stale', fencing: 'fenced', idempotency: 'keyed', plain: 'plain' }
 
 /** `unique`, `fencing` and `idempotency`: lib's unique stream on the scenario's route, with only its checks' headers. */
-const scenarioRequests = (scenario: 'unique' | 'fencing' | 'idempotency') =>
-  uniqueRequests({ prefix: ROUTE_PREFIX[scenario], key: scenario !== 'fencing', token: scenario !== 'idempotency' })
+const scenarioRequests = (scenario: 'unique' | 'fencing' | 'idempotency' | 'plain') =>
+  uniqueRequests({ prefix: ROUTE_PREFIX[scenario], key: scenario !== 'fencing' && scenario !== 'plain', token: scenario !== 'idempotency' && scenario !== 'plain' })
 
 /** far above any token the run sends (nextToken), below the largest fencegate accepts (2^63 - 1) */
 const STALE_HIGH = '9000000000000000000'
@@ -322,6 +324,8 @@ interface Figures {
   statusCodes: Record<string, number>
   /** % of one core used during the measured run (warm-up included) */
   cpu: { target?: number; upstream?: number; loadgen: number; foreign?: number }
+  /** the target process's CPU time (user + system) per request answered, µs (warm-up included) */
+  cpuUsPerRequest?: number
   /** gateway counters over the run (warm-up included), when the target is fencegate */
   gateway?: { stored: number; replayed: number; upstreamCalls: number; fencingRejections: number }
   /** the run went wrong (errors, rejections, responses not stored): its figures mean nothing */
@@ -412,7 +416,10 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
   }
   const statusCodes: Record<string, number> = {}
   for (const [code, s] of Object.entries(result.statusCodeStats)) statusCodes[code] = s.count
+  const answered = result.requests.total + (result.warmup?.requests.total ?? 0)
+  const cpuUsed = cpu0.target === undefined ? undefined : (cpuSeconds(t.child.proc.pid) ?? cpu0.target) - cpu0.target
   return {
+    cpuUsPerRequest: cpuUsed === undefined || !answered ? undefined : Math.round((cpuUsed / answered) * 1e6),
     round,
     rps: result.requests.average,
     p50: result.latency.p50,
@@ -457,12 +464,18 @@ const TARGETS_WANTED: TargetName[] = ['upstream', 'floor', 'hono', 'fastify', ..
  */
 const TARGET_GOAL: Partial<Record<TargetName, number>> = { memory: 0.85, sqlite: 0.75, 'sqlite-w2': 0.75, redis: 0.6, postgres: 0.4 }
 const REPLAY_GOAL = 1.2
+/** a route with no checks pays only the base path: it should cost what a proxy costs */
+const PLAIN_GOAL = 0.95
+/** every span exported */
+const TRACED_GOAL = 0.6
 const P99_GOAL = 1.5
 
 /** A row's goals: req/s ≥ `rps` × the floor's (none for stale, fencing, idempotency), p99 ≤ `p99` × the floor's. */
 function goalsOf(target: TargetName, scenario: Scenario): { rps?: number; p99?: number } {
+  if (target === 'traced') return scenario === 'unique' ? { rps: TRACED_GOAL } : {}
   const store = TARGET_GOAL[target]
   if (store === undefined) return {}
+  if (scenario === 'plain') return { rps: PLAIN_GOAL, p99: P99_GOAL }
   return { rps: scenario === 'unique' ? store : scenario === 'replay' ? REPLAY_GOAL : undefined, p99: P99_GOAL }
 }
 
@@ -542,6 +555,7 @@ async function main(): Promise<void> {
       rps: Math.round(median(fs.map((f) => f.rps))),
       p50: median(fs.map((f) => f.p50)),
       p99: median(fs.map((f) => f.p99)),
+      cpuUs: fs.every((f) => f.cpuUsPerRequest !== undefined) ? median(fs.map((f) => f.cpuUsPerRequest!)) : undefined,
       rounds: fs,
     }
   })
@@ -564,12 +578,13 @@ async function main(): Promise<void> {
   })
 
   const verdict = (met: boolean | undefined) => (met ? 'ok' : 'MISSED')
-  const head = ['target', 'scenario', 'req/s', 'p50 ms', 'p99 ms', '× floor', 'p99 × floor', 'goal', 'p99 goal']
-  const right = [false, false, true, true, true, true, true, false, false]
+  const head = ['target', 'scenario', 'req/s', 'CPU µs/req', 'p50 ms', 'p99 ms', '× floor', 'p99 × floor', 'goal', 'p99 goal']
+  const right = [false, false, true, true, true, true, true, true, false, false]
   const body = withRatio.map((r) => [
     r.label,
     r.target === 'upstream' ? 'direct' : r.target === 'floor' || r.target === 'hono' || r.target === 'fastify' ? 'proxy' : r.scenario,
     String(r.rps),
+    r.cpuUs === undefined ? '-' : String(r.cpuUs),
     String(r.p50),
     String(r.p99),
     r.ratioToFloor === undefined ? '-' : r.ratioToFloor.toFixed(2),
