@@ -66,10 +66,7 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
     const code = f.code ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
     const ms = performance.now() - started
     const record = () => {
-      const route = f.route ?? 'none'
-      const outcome = f.outcome ?? 'forwarded'
-      metrics.requests.inc({ route, method: f.method, code: String(code), outcome })
-      metrics.requestDuration.observe({ route, outcome }, ms / 1000)
+      metrics.recordRequest(f.route ?? 'none', f.method, String(code), f.outcome ?? 'forwarded', ms / 1000)
       span?.end(f, code)
     }
     // inside the span's context: the duration's exemplar points at it
@@ -149,13 +146,13 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
-    const chain = [
-      routeEntry(route, watch),
-      admission(route, store, metrics, log, inFlight),
-      forward(route, pool, metrics, traceFields()),
-    ] as const
-    if (rc.match.methods) app.on(rc.match.methods, rc.match.path, ...chain)
-    else app.all(rc.match.path, ...chain)
+    // a route with neither check has no admission step: it pays only what a proxy pays
+    const chain: MiddlewareHandler<GatewayEnv>[] = route.fencing || route.idempotency
+      ? [routeEntry(route, watch), admission(route, store, metrics, log, inFlight), forward(route, pool, metrics, traceFields())]
+      : [routeEntry(route, watch), forward(route, pool, metrics, traceFields())]
+    const [first, ...rest] = chain
+    if (rc.match.methods) app.on(rc.match.methods, rc.match.path, first, ...rest)
+    else app.all(rc.match.path, first, ...rest)
   }
   app.notFound((c) => {
     const f = c.get('facts')

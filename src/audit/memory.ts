@@ -5,7 +5,7 @@
 import { aggregate, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './types.js'
 
 export interface MemoryAuditLogOptions {
-  /** most entries kept; default 100,000 */
+  /** most entries kept; default 10,000 (the memory store is for one process and short runs: a longer log belongs in a store that keeps it off the heap) */
   capacity?: number
   /** entries older than this are not reported, ms; default 7 days */
   retentionMs?: number
@@ -18,7 +18,7 @@ export class MemoryAuditLog implements AuditLog {
   #size = 0
 
   constructor(options: MemoryAuditLogOptions = {}) {
-    const { capacity = 100_000, retentionMs = 7 * 86_400_000 } = options
+    const { capacity = 10_000, retentionMs = 7 * 86_400_000 } = options
     if (!Number.isInteger(capacity) || capacity < 1) throw new TypeError('options.capacity must be a positive integer')
     this.#ring = new Array(capacity)
     this.#retentionMs = retentionMs

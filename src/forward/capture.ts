@@ -20,6 +20,9 @@ interface Waiter<T> { resolve(v: T): void; reject(e: Error): void }
 
 const CLIENT_LEFT = 'client connection closed before the response ended'
 
+/** An answer that declares at most this many bytes is captured whole even where it could stream. */
+export const SMALL_ANSWER = 16 * 1024
+
 /** No response headers within the timeout; `sent` false: the request never left the queue. */
 export class HeadersTimeout extends undiciErrors.HeadersTimeoutError {
   constructor(readonly timeoutMs: number) {
@@ -45,6 +48,12 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   size = 0
   /** more than `limit` bytes came: the captured chunks are a prefix, the rest is streamed */
   overflow = false
+  /**
+   * the answer is captured whole before the client sees it: for the record (limit > 0), or
+   * because it declared a small Content-Length (nginx's proxy_buffering for small answers: one
+   * write to the client, none of the streaming machinery)
+   */
+  captured = false
   /** the headers or body timeout fired (the exchange was aborted for it) */
   timedOut = false
 
@@ -64,7 +73,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
    * @param timeoutMs the route's `upstream.timeout`: to the headers, then between body chunks, ms
    * @param onSent called once, when undici starts writing the request
    */
-  constructor(private readonly limit: number, private readonly timeoutMs: number, private readonly onSent: () => void) {}
+  constructor(private limit: number, private readonly timeoutMs: number, private readonly onSent: () => void) {
+    this.captured = limit > 0
+  }
 
   /**
    * Dispatches the request; resolves when the response headers are in.
@@ -156,6 +167,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const length = headers['content-length']
     const chunked = /chunked/i.test(String(headers['transfer-encoding'] ?? ''))
     this.#remaining = chunked ? undefined : length !== undefined ? Number(length) : -1
+    if (this.limit === 0 && this.#remaining !== undefined && this.#remaining >= 0 && this.#remaining <= SMALL_ANSWER) {
+      this.limit = this.#remaining
+      this.captured = true
+    }
     this.#timer?.refresh() // from here: the body's idle timeout
     const w = this.#start
     this.#start = undefined

@@ -20,7 +20,7 @@ import { Problem } from '../problems.js'
 import { tooLarge } from '../body.js'
 import { UpstreamCall } from './capture.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
-import { startClientSpan } from '../telemetry/tracing.js'
+import { startClientSpan, tracingOn } from '../telemetry/tracing.js'
 
 // Errors raised before any byte of the request could reach the upstream.
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'])
@@ -75,6 +75,14 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics, trac
   const fenced = route.fencing !== undefined
   const timeoutMs = route.config.upstream.timeout
   const idHeader = route.requestIdHeader
+  // the upstream duration per status code, through label children (no label hashing per request)
+  const byCode = new Map<number, { observe(v: number): void }>()
+  const upstreamSeconds = (status: number, seconds: number) => {
+    if (tracingOn()) return metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, seconds) // with its exemplar
+    let h = byCode.get(status)
+    if (h === undefined) byCode.set(status, h = metrics.upstreamDuration.labels(route.name, String(status)))
+    h.observe(seconds)
+  }
 
   return async function forward(c) {
     const { incoming, outgoing } = c.env
@@ -103,7 +111,7 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics, trac
     const path = originForm(incoming.url!)
     const sendHeaders = requestHeaders(incoming, host, keep, [idHeader, f.requestId], traceFields)
     const span = startClientSpan(f.method, upstream, path, sendHeaders)
-    const requestOptions = { path, method: f.method as Dispatcher.HttpMethod, headers: sendHeaders }
+    const requestOptions: Dispatcher.DispatchOptions = { path, method: f.method as Dispatcher.HttpMethod, headers: sendHeaders, body }
     const started = performance.now()
 
     /**
@@ -161,24 +169,20 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics, trac
       if (aborted) f.code = 499
       else if (!outgoing.headersSent) f.code = 0
     }
-    const answered = (status: number) => {
-      metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, (performance.now() - started) / 1000)
-      f.upstreamStatus = status
-      f.outcome = 'forwarded'
-    }
-
     try {
-      await call.start(pool, { ...requestOptions, body })
+      await call.start(pool, requestOptions)
     } catch (e) {
       return failed(e as Error, call.sent, call.aborted)
     }
-    answered(call.status)
+    upstreamSeconds(call.status, (performance.now() - started) / 1000)
+    f.upstreamStatus = call.status
+    f.outcome = 'forwarded'
     const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)
     try {
-      if (!exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader)) // streamed: headers first
+      if (!call.captured) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader)) // streamed: headers first
       const more = await call.body()
       if (more) {
-        if (exchange) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader))
+        if (call.captured) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader))
         for (const ch of call.chunks) outgoing.write(ch)
         const streamed = call.streamRest(outgoing)
         streamed.catch(() => {}) // awaited below; must not count as unhandled meanwhile
@@ -188,10 +192,8 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics, trac
         await streamed
       } else {
         const whole = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)
-        if (exchange) {
-          await exchange.onResponse({ status: call.status, headers, body: whole })
-          outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader))
-        }
+        if (exchange) await exchange.onResponse({ status: call.status, headers, body: whole })
+        if (call.captured) outgoing.writeHead(call.status, flat(headers, ['via', VIA, idHeader, f.requestId], idHeader))
         outgoing.end(whole)
       }
     } catch {

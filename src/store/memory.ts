@@ -19,7 +19,7 @@ export interface MemoryStoreOptions {
   maxRecords?: number
   /** attempt log entries older than this are not reported, ms; default 7 days */
   auditRetentionMs?: number
-  /** most attempt log entries kept; default 100,000 */
+  /** most attempt log entries kept; default 10,000 */
   auditCapacity?: number
 }
 

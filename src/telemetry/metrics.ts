@@ -31,6 +31,7 @@ export const FENCING_REASONS = ['stale', 'missing', 'malformed'] as const
 export const IDEMPOTENCY_RESULTS = ['stored', 'replayed', 'in_flight', 'key_reused', 'released', 'not_stored'] as const
 export const UNKNOWN_REASONS = ['timeout', 'reset', 'client_abort', 'crash'] as const
 export const AUDIT_DROP_REASONS = ['queue_full', 'store_error'] as const
+export const RELOAD_RESULTS = ['applied', 'refused'] as const
 /**
  * The `op` label of the store metrics: every operation guardStore (src/store/index.ts) times and
  * counts. A new store operation belongs here too, or its first error is invisible to alerts
@@ -174,9 +175,11 @@ export function createMetrics(version: string) {
     storeStateLosses: new Counter({ name: 'fencegate_store_state_losses_total', help: 'Times the store was found to have lost its state (contract §3).', labelNames: ['store'] as const, registers: [registry] }),
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
+    configReloads: new Counter({ name: 'fencegate_config_reloads_total', help: 'Config reloads asked for with SIGHUP: applied, or refused (the file does not validate, or changes what needs a restart) with the running config kept.', labelNames: ['result'] as const, registers: [registry] }),
   }
   m.buildInfo.set({ version }, 1)
   for (const reason of AUDIT_DROP_REASONS) m.auditDropped.inc({ reason }, 0)
+  for (const result of RELOAD_RESULTS) m.configReloads.inc({ result }, 0)
   /** Lets the gauges above read the gateway's in-flight tracker at scrape time. */
   const trackInFlight = (source: InFlightSource) => { inFlight = source }
   /** The store metrics of every op at 0 (contract §6). Safe to call again. */
@@ -214,7 +217,26 @@ export function createMetrics(version: string) {
       m.duplicateForwards.inc({ route }, 0)
     }
   }
-  return { ...m, trackInFlight, initStore, initRoute, expose: exposition(registry) }
+  /**
+   * Counts one request and observes its duration (seconds): the two observations every request
+   * makes, through label children kept per label set, so the request path does not hash labels
+   * twice per request (prom-client hashes them on every call made with a labels object). With
+   * tracing on, the duration goes through `observe` so its exemplar is attached.
+   */
+  const children = new Map<string, { count: { inc(): void }; duration: { observe(v: number): void } }>()
+  const traced = tracingOn()
+  const recordRequest = (route: string, method: string, code: string, outcome: string, seconds: number): void => {
+    const k = `${route}\n${method}\n${code}\n${outcome}`
+    let ch = children.get(k)
+    if (ch === undefined) {
+      ch = { count: m.requests.labels(route, method, code, outcome), duration: m.requestDuration.labels(route, outcome) }
+      children.set(k, ch)
+    }
+    ch.count.inc()
+    if (traced) m.requestDuration.observe({ route, outcome }, seconds)
+    else ch.duration.observe(seconds)
+  }
+  return { ...m, trackInFlight, initStore, initRoute, recordRequest, expose: exposition(registry) }
 }
 
 /**
