@@ -479,6 +479,29 @@ export async function deleteRedisPrefix(prefix: string): Promise<number> {
   return n
 }
 
+/** Deletes every key of the fencegate key prefix `prefix` from every master of the Redis Cluster whose seed nodes `url` lists. */
+export async function deleteRedisClusterPrefix(url: string, prefix: string): Promise<number> {
+  const { Cluster } = await import('ioredis')
+  const cluster = new Cluster(url.split(',').map((u) => { const x = new URL(u.trim()); return { host: x.hostname, port: Number(x.port || 6379) } }), { lazyConnect: true })
+  cluster.on('error', () => {})
+  await cluster.connect()
+  let n = 0
+  try {
+    for (const node of cluster.nodes('master')) {
+      let cursor = '0'
+      do {
+        const [next, keys] = await node.scan(cursor, 'MATCH', `{fg:${prefix}:*`, 'COUNT', 10_000)
+        // every key is its own slot: one UNLINK each, pipelined by the cluster client
+        n += (await Promise.all(keys.map((k) => cluster.unlink(k)))).reduce((a, b) => a + b, 0)
+        cursor = next
+      } while (cursor !== '0')
+    }
+  } finally {
+    cluster.disconnect()
+  }
+  return n
+}
+
 // ------------------------------------------------------------------------------- requests
 
 /** Tags the keys and accounts of this process's requests, so they never meet another run's. */

@@ -16,13 +16,16 @@
  *   BENCH_UPSTREAM     nginx | node: force the upstream (default nginx when on PATH, else node)
  *   BENCH_FLOOR        pipe | pipeline: how the floor streams the answer back (pipe, the leaner)
  *   BENCH_ONLY         comma list of targets to run: upstream, floor, hono, fastify, memory, sqlite,
- *                      sqlite-w2 (sqlite store, --workers 2), redis, postgres, traced (memory
+ *                      sqlite-w2 (sqlite store, --workers 2), redis, redis-cluster, postgres, traced (memory
  *                      store with every span exported over OTLP), or one scenario of a gateway:
  *                      memory:unique, sqlite:replay, redis:stale… (all)
  *   BENCH_SCENARIOS    comma list of scenarios every gateway runs (default: all five for memory
  *                      and sqlite, unique for sqlite-w2, unique and replay for the others)
  *   BENCH_REDIS_URL / BENCH_POSTGRES_URL   the shared stores (local defaults); each run uses
  *                      its own key prefix / schema and removes it at the end
+ *   BENCH_REDIS_CLUSTER_URL   seed nodes of a Redis Cluster for redis-cluster (comma-separated
+ *                      redis:// URLs); unset: the bench starts its own, 3 masters without
+ *                      replicas on free ports (scripts/redis-cluster.ts), and stops it at the end
  *   BENCH_CPU_PROF     a folder: run the gateways, the floor, hono and fastify under `node --cpu-prof`, profiles there
  *   BENCH_KEEP         1: keep the temp folder (configs, logs, sqlite file) and print its path
  *
@@ -49,8 +52,9 @@ import {
   BenchError, settingErrors, envNumber, HERE, ROOT, CLI, BODY, BASE_HEADERS, REDIS_URL, POSTGRES_URL,
   type Child, tmp, running, tail, start, waitLine, freePort, waitHttp, liveChildren, onCleanup, runMain,
   cpuSeconds, machineBusySeconds, benchSeconds, foreignMeter, metricSum, scrape, pad, writeResult, resultHeader, postLoad, today, benchRoute, writeGatewayConfig,
-  dropSchema, deleteRedisPrefix, runTag, nextKey, nextToken, uniqueRequests,
+  dropSchema, deleteRedisPrefix, deleteRedisClusterPrefix, runTag, nextKey, nextToken, uniqueRequests,
 } from './lib.js'
+import { startLocalCluster, redisToolsAvailable } from '../scripts/redis-cluster.js'
 
 // ---------------------------------------------------------------------------------- settings
 
@@ -186,8 +190,8 @@ interface Gateway { url: string; adminUrl: string; child: Child; config: string 
  * The gateways measured: each store, the sqlite store with `--workers 2`, and the memory store
  * with tracing on (every span exported).
  */
-type GatewayName = 'memory' | 'sqlite' | 'sqlite-w2' | 'redis' | 'postgres' | 'traced'
-const GATEWAYS: GatewayName[] = ['memory', 'sqlite', 'sqlite-w2', 'redis', 'postgres', 'traced']
+type GatewayName = 'memory' | 'sqlite' | 'sqlite-w2' | 'redis' | 'redis-cluster' | 'postgres' | 'traced'
+const GATEWAYS: GatewayName[] = ['memory', 'sqlite', 'sqlite-w2', 'redis', 'redis-cluster', 'postgres', 'traced']
 /**
  * Each gateway's scenarios unless BENCH_SCENARIOS says otherwise: all five for the memory and
  * sqlite stores, unique and replay for the others, so a default run stays near 4½ minutes.
@@ -197,6 +201,7 @@ const DEFAULT_SCENARIOS: Record<GatewayName, Scenario[]> = {
   sqlite: SCENARIOS,
   'sqlite-w2': ['unique'], // the --workers comparison: the scenario that binds
   redis: ['unique', 'replay'],
+  'redis-cluster': ['unique', 'replay'],
   postgres: ['unique', 'replay'],
   traced: ['unique', 'replay'],
 }
@@ -208,6 +213,7 @@ const RUN_ID = `bench_${process.pid}_${Date.now().toString(36)}`
 function storeBlock(name: GatewayName): string {
   switch (name) {
     case 'redis': return `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: ${RUN_ID}`
+    case 'redis-cluster': return `  kind: redis\n  cluster: true\n  url: ${redisCluster!.url}\n  keyPrefix: ${RUN_ID}`
     case 'postgres': return `  kind: postgres\n  url: ${POSTGRES_URL}\n  schema: ${RUN_ID}\n  pool: 20`
     case 'sqlite': return `  kind: sqlite\n  path: ${join(tmp(), 'fencegate.db')}`
     case 'sqlite-w2': return `  kind: sqlite\n  path: ${join(tmp(), 'fencegate-w2.db')}` // its own file, grown by its runs only
@@ -215,7 +221,24 @@ function storeBlock(name: GatewayName): string {
   }
 }
 
+/** The Redis Cluster of the redis-cluster gateway: BENCH_REDIS_CLUSTER_URL's, or one the bench starts. */
+let redisCluster: { url: string; stop?: () => Promise<void> } | undefined
+
+async function startRedisCluster(): Promise<void> {
+  const url = process.env.BENCH_REDIS_CLUSTER_URL
+  if (url) {
+    redisCluster = { url }
+    return
+  }
+  if (!redisToolsAvailable()) throw new BenchError('redis-cluster: no BENCH_REDIS_CLUSTER_URL, and no redis-server/redis-cli on PATH to start a local cluster (or leave redis-cluster out with BENCH_ONLY)')
+  // 3 masters, no replicas: the store's cost on a cluster, not replication's CPU on a small box
+  const c = await startLocalCluster({ masters: 3, replicasPerMaster: 0 })
+  redisCluster = { url: c.url, stop: () => c.stop() }
+  onCleanup(async () => { await c.stop() })
+}
+
 async function startGateway(name: GatewayName, upstream: string): Promise<Gateway> {
+  if (name === 'redis-cluster' && !redisCluster) await startRedisCluster()
   const [port, adminPort] = [await freePort(), await freePort()]
   // one route per kind of check, so one process serves every scenario
   const config = writeGatewayConfig(`fencegate-${name}`, storeBlock(name), upstream, { port, adminPort }, [
@@ -239,6 +262,8 @@ async function startGateway(name: GatewayName, upstream: string): Promise<Gatewa
 async function cleanStores(): Promise<void> {
   await dropSchema(RUN_ID).catch(() => {})
   await deleteRedisPrefix(RUN_ID).catch(() => {})
+  // a cluster the bench started goes away whole; someone else's loses this run's keys
+  if (redisCluster && !redisCluster.stop) await deleteRedisClusterPrefix(redisCluster.url, RUN_ID).catch(() => {})
 }
 
 // ------------------------------------------------------------------------------ scenarios
@@ -453,6 +478,7 @@ const LABEL: Record<TargetName, string> = {
   sqlite: 'fencegate sqlite',
   'sqlite-w2': 'fencegate sqlite 2 workers',
   redis: 'fencegate redis',
+  'redis-cluster': 'fencegate redis cluster',
   postgres: 'fencegate postgres',
   traced: 'fencegate memory+traces',
 }

@@ -1,8 +1,12 @@
 /**
  * The admin listener (contract §5a): `/healthz` and `/readyz` answer without a token (probes);
- * everything else needs `Authorization: Bearer <admin.token>` when one is configured.
+ * everything else needs `Authorization: Bearer <admin.token>` when one is configured. The write
+ * actions (`POST /resolve`, `POST /store/accept-loss`) need `admin.writeToken` instead, and
+ * answer 403 when none is configured: then the CLI, run where the store is reachable, is the way.
  */
-import { Hono } from 'hono'
+import { timingSafeEqual } from 'node:crypto'
+import type { IncomingMessage } from 'node:http'
+import { Hono, type MiddlewareHandler } from 'hono'
 import { bearerAuth } from 'hono/bearer-auth'
 import { HTTPException } from 'hono/http-exception'
 import type { Store } from './store/types.js'
@@ -10,7 +14,7 @@ import type { Metrics } from './telemetry/metrics.js'
 import { Problem } from './problems.js'
 import type { Config } from './config/schema.js'
 import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
-import { resolveKey, type ResolveRequest } from './audit/resolve.js'
+import { acceptStoreLoss, resolveKey, type ResolveRequest } from './audit/resolve.js'
 import { listUnknown } from './audit/unknown.js'
 import { buildTimeline } from './audit/timeline.js'
 import { storeProblem } from './store/problem.js'
@@ -18,6 +22,8 @@ import type { StateWatch } from './store/state.js'
 
 export interface AdminOptions {
   token?: string
+  /** needed by the write actions; default `config.admin.writeToken`; none: they answer 403 */
+  writeToken?: string
   store: Store
   metrics: Metrics
   /** false once shutdown began: /readyz turns 503 so load balancers stop sending */
@@ -28,7 +34,59 @@ export interface AdminOptions {
   watch?: StateWatch
 }
 
-export function createAdmin({ token, store, metrics, accepting, config, watch }: AdminOptions): Hono {
+/** Whether a listen host is loopback only (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase()
+  return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || /^::ffff:127\./.test(h)
+}
+
+/**
+ * The start-up warning of an admin listener reachable beyond loopback without `admin.token`
+ * (anyone who reaches it reads /metrics, /audit, /unknown), or undefined.
+ */
+export function exposedAdmin(config: Config): string | undefined {
+  const host = config.admin.listen.slice(0, config.admin.listen.lastIndexOf(':'))
+  if (config.admin.token || isLoopback(host)) return undefined
+  return `the admin listener on ${config.admin.listen} is reachable beyond this host and admin.token is not set: anyone who reaches it can read /metrics, /audit and /unknown. Set admin.token (e.g. token: \${FENCEGATE_ADMIN_TOKEN}), or listen on 127.0.0.1.`
+}
+
+/** Compares two tokens in constant time (for equal lengths). */
+function sameToken(given: string, expected: string): boolean {
+  const a = Buffer.from(given)
+  const b = Buffer.from(expected)
+  return a.length === b.length && timingSafeEqual(a, b)
+}
+
+/** The Bearer token of an Authorization header, or undefined. */
+const bearer = (header: string | undefined): string | undefined => /^Bearer +(\S+) *$/i.exec(header ?? '')?.[1]
+
+/**
+ * Guards an admin write action: 403 when `admin.writeToken` is not configured (the CLI is the
+ * way), 401 without it (or with a wrong one), 403 with the read token `admin.token`.
+ */
+function adminWrite(writeToken: string | undefined, readToken: string | undefined): MiddlewareHandler {
+  return async function adminWrite(c, next) {
+    if (!writeToken) {
+      throw new Problem('forbidden', 'Admin write actions are off on this gateway: admin.writeToken is not set. Run the CLI where the store is reachable instead (`fencegate resolve --config PATH ... --reason TEXT`, `fencegate store accept-loss --config PATH --reason TEXT`), or set admin.writeToken and send "Authorization: Bearer <admin.writeToken>".')
+    }
+    const given = bearer(c.req.header('authorization'))
+    if (given !== undefined && sameToken(given, writeToken)) return next()
+    if (given !== undefined && readToken && sameToken(given, readToken)) {
+      throw new Problem('forbidden', 'This is the read token (admin.token); admin write actions need "Authorization: Bearer <admin.writeToken>".', {}, { 'www-authenticate': 'Bearer error="insufficient_scope"' })
+    }
+    throw new Problem('unauthorized', 'Admin write actions need "Authorization: Bearer <admin.writeToken>".', {}, { 'www-authenticate': given === undefined ? 'Bearer' : 'Bearer error="invalid_token"' })
+  }
+}
+
+/** Who made an admin write: `admin-api:<peer address>`, with the body's `by` when it gave one. */
+function adminActor(env: unknown, by: unknown): string {
+  const peer = (env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket?.remoteAddress ?? 'unknown'
+  const name = typeof by === 'string' ? by.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim().slice(0, 100) : ''
+  return `admin-api:${peer.startsWith('::ffff:') ? peer.slice(7) : peer}${name ? ` (${name})` : ''}`
+}
+
+export function createAdmin({ token, writeToken = undefined, store, metrics, accepting, config, watch }: AdminOptions): Hono {
+  writeToken ??= config?.admin.writeToken
   const app = new Hono()
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
   app.get('/readyz', async (c) => {
@@ -46,6 +104,32 @@ export function createAdmin({ token, store, metrics, accepting, config, watch }:
       return c.json({ status: 'store unavailable', store: store.kind, detail: (e as Error).message }, 503)
     }
   })
+  // write actions: their own token, checked before (and instead of) the read token
+  const write = adminWrite(writeToken, token)
+  app.post('/store/accept-loss', write, async (c) => {
+    let body: { reason?: unknown; by?: unknown } = {}
+    const text = await c.req.text()
+    if (text.trim()) {
+      try { body = JSON.parse(text) } catch { throw new Problem('bad-request', 'The body must be empty or JSON: {"reason": "why the loss is accepted", "by": "who"}.') }
+      if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"reason", "by"}.')
+    }
+    const { epoch } = await acceptStoreLoss(store, { reason: body.reason as string | undefined, by: adminActor(c.env, body.by) })
+    await watch?.check().catch(() => {})
+    return c.json({ epoch, effect: 'the store\'s current state is accepted; gateways sharing the store serve again within a second' })
+  })
+  if (config) {
+    // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as, reason?} or {route, keyHash, as, reason?}
+    app.post('/resolve', write, async (c) => {
+      let body: Partial<ResolveRequest>
+      try {
+        body = await c.req.json()
+      } catch {
+        throw new Problem('bad-request', 'The body must be JSON: {"route": "...", "key": "...", "scope": "..." (when the route has one), "as": "completed" | "failed", "reason": "..."}.')
+      }
+      if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"route", "key", "scope" (when the route has one), "as": "completed" | "failed", "reason"}.')
+      return c.json(await resolveKey(config, store, { ...body, by: adminActor(c.env, body.by) } as ResolveRequest))
+    })
+  }
   if (token) app.use('*', bearerAuth({ token }))
   // bearerAuth throws; answer as every gateway-made response does, keeping its WWW-Authenticate
   app.onError((err) => {
@@ -89,18 +173,7 @@ export function createAdmin({ token, store, metrics, accepting, config, watch }:
       }
       return c.json(await listUnknown(config, store, Date.now(), route))
     })
-    // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as} or {route, keyHash, as}
-    app.post('/resolve', async (c) => {
-      let body: Partial<ResolveRequest>
-      try {
-        body = await c.req.json()
-      } catch {
-        throw new Problem('bad-request', 'The body must be JSON: {"route": "...", "key": "...", "scope": "..." (when the route has one), "as": "completed" | "failed"}.')
-      }
-      if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"route", "key", "scope" (when the route has one), "as": "completed" | "failed"}.')
-      return c.json(await resolveKey(config, store, body as ResolveRequest))
-    })
   }
-  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /audit/timeline, /unknown, /resolve' : ''}.`).toResponse())
+  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /audit/timeline, /unknown, POST /resolve' : ''}, POST /store/accept-loss.`).toResponse())
   return app
 }

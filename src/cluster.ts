@@ -9,8 +9,13 @@
  * Metrics: the primary's `/metrics` asks every worker for its metrics over the cluster IPC
  * channel (prom-client's AggregatorRegistry) and answers with their sum (counters and
  * histograms add up; process metrics are aggregated the way prom-client defines), plus the
- * primary's own `fencegate_build_info` and `fencegate_store_up`. The aggregate is in the
- * Prometheus text format (no exemplars). `/readyz` checks the primary's own store connection.
+ * primary's own `fencegate_build_info`, `fencegate_store_up` and `fencegate_config_reloads_total`.
+ * The aggregate is in the Prometheus text format (no exemplars). `/readyz` checks the primary's
+ * own store connection.
+ *
+ * SIGHUP to the primary: it checks the config file itself (a refusal is logged and counted once,
+ * there) and, when the file can be applied, applies its admin settings and sends SIGHUP on to
+ * every worker, which reloads the same way a single process does.
  */
 import cluster, { type Worker } from 'node:cluster'
 import type { Server } from 'node:http'
@@ -18,8 +23,10 @@ import { createAdaptorServer } from '@hono/node-server'
 import { AggregatorRegistry, Registry, type Metric } from 'prom-client'
 import type { Config } from './config/schema.js'
 import { StateWatch } from './store/state.js'
-import { createAdmin } from './admin.js'
-import { guardStore, openStore } from './store/index.js'
+import { createAdmin, exposedAdmin } from './admin.js'
+import { guardStore } from './store/index.js'
+import { openForGateway } from './store/late.js'
+import { nextConfig, type ReloadResult } from './reload.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
 import { listen, startGateway, type Running } from './server.js'
@@ -28,7 +35,7 @@ import { AuditQueue } from './audit/queue.js'
 
 const LISTENING = 'fencegate:listening'
 /** Metrics that describe a process rather than add up over workers: the primary reports them. */
-const PRIMARY_ONLY = new Set(['fencegate_build_info', 'fencegate_store_up'])
+const PRIMARY_ONLY = new Set(['fencegate_build_info', 'fencegate_store_up', 'fencegate_config_reloads_total'])
 
 /** Why `--workers n` cannot run with this config, or undefined when it can. */
 export function workersRefusal(config: Config, workers: number): string | undefined {
@@ -39,8 +46,8 @@ export function workersRefusal(config: Config, workers: number): string | undefi
 }
 
 /** In a worker: starts the proxy listener only, and lets the primary collect this process's metrics. */
-export async function startWorker(config: Config, log: Logger): Promise<Running> {
-  const running = await startGateway(config, log, { admin: false })
+export async function startWorker(config: Config, log: Logger, configFile?: string): Promise<Running> {
+  const running = await startGateway(config, log, { admin: false, configFile })
   const shared = new Registry()
   for (const m of running.metrics.registry.getMetricsAsArray()) if (!PRIMARY_ONLY.has(m.name)) shared.registerMetric(m as unknown as Metric)
   AggregatorRegistry.setRegistries([shared])
@@ -54,9 +61,10 @@ export async function startWorker(config: Config, log: Logger): Promise<Running>
  * listener with aggregated metrics.
  * @throws StoreError when the primary cannot open the store; Error when a worker exits before it listens
  */
-export async function startPrimary(config: Config, workers: number, log: Logger): Promise<Running> {
+export async function startPrimary(config: Config, workers: number, log: Logger, configFile?: string): Promise<Running> {
   const metrics = createMetrics(VERSION)
-  const raw = await openStore(config.store, config.audit)
+  log.setLevel?.(config.log.level)
+  const { store: raw } = await openForGateway(config, log)
   const store = guardStore(raw, metrics, config.store.timeout, log)
   let accepting = true
   let admin: Server | undefined
@@ -64,7 +72,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
   // the primary only watches for /readyz; each worker runs its own watch and fails closed
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
   try {
-    await store.ping()
+    await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
     await watch.start(60_000)
     const urls = await Promise.all(Array.from({ length: workers }, () => fork(alive)))
     const aggregator = new AggregatorRegistry()
@@ -77,8 +85,24 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
         return { body: `${workersText.trimEnd()}\n${ownText}`, contentType: Registry.PROMETHEUS_CONTENT_TYPE }
       },
     }
-    admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config, watch }).fetch }) as Server
+    const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config: c, watch })
+    let adminFetch = adminApp(config).fetch
+    admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
     const adminUrl = await listen(admin, config.admin.listen)
+    const exposed = exposedAdmin(config)
+    if (exposed) log.warn(exposed, { admin: config.admin.listen })
+    let running = config
+    const reload = async (next?: Config): Promise<ReloadResult> => {
+      const checked = nextConfig(configFile, running, metrics, log, next)
+      if ('refused' in checked) return checked.refused
+      running = checked.config
+      adminFetch = adminApp(running).fetch
+      log.setLevel?.(running.log.level)
+      metrics.configReloads.inc({ result: 'applied' })
+      for (const w of alive) if (!w.isDead()) w.process.kill('SIGHUP')
+      log.info('config reloaded; SIGHUP sent on to the workers', { file: configFile, routes: running.routes.length, workers: alive.size })
+      return { applied: true, routes: running.routes.length }
+    }
 
     // a worker that dies is replaced (after a pause, so a crash loop does not spin)
     cluster.on('exit', (worker, code, signal) => {
@@ -104,7 +128,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger)
       await raw.close().catch(() => {})
     })())
     // the workers log the attempts; the primary's queue is there for the Running interface
-    return { url: urls[0], adminUrl, metrics, audit: new AuditQueue(store.audit), close }
+    return { url: urls[0], adminUrl, metrics, audit: new AuditQueue(store.audit), close, reload }
   } catch (e) {
     accepting = false
     for (const w of alive) w.process.kill('SIGKILL')

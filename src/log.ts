@@ -14,6 +14,8 @@ export interface Logger {
   error(msg: string, fields?: Fields): void
   /** One access log line (`msg: "request"`), written whatever the level. */
   access(fields: Fields): void
+  /** Changes the lowest level written (`log.level`, on start and on a config reload). */
+  setLevel?(level: LogLevel): void
 }
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 }
@@ -23,7 +25,7 @@ const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 4
  * @param level the lowest level written (default info)
  */
 export function createLogger(out: NodeJS.WritableStream = process.stderr, level: LogLevel = 'info'): Logger {
-  const min = RANK[level]
+  let min = RANK[level]
   const line = (lvl: LogLevel, msg: string, fields?: Fields) => {
     if (RANK[lvl] < min) return
     out.write(`${JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...fields })}\n`)
@@ -34,5 +36,6 @@ export function createLogger(out: NodeJS.WritableStream = process.stderr, level:
     warn: (m, f) => line('warn', m, f),
     error: (m, f) => line('error', m, f),
     access: (f) => out.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'info', msg: 'request', ...f })}\n`),
+    setLevel: (l) => { min = RANK[l] },
   }
 }

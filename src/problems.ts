@@ -34,6 +34,7 @@ export const PROBLEMS = {
   'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
   'serialize-timeout': { status: 503, title: 'Older writes to this resource still in flight', outcome: 'serialize_timeout' },
   'unauthorized': { status: 401, title: 'Admin token required', outcome: 'bad_request' },
+  'forbidden': { status: 403, title: 'Admin write action not allowed', outcome: 'bad_request' },
   // admin API (audit, resolve): not request outcomes, never counted in fencegate_requests_total
   'bad-request': { status: 400, title: 'Bad admin request', outcome: 'bad_request' },
   'record-not-found': { status: 404, title: 'No idempotency record under this key', outcome: 'bad_request' },

@@ -19,7 +19,9 @@ export interface CompiledRoute {
     scope: Template
     /** true when the scope is the empty template: every request of the route shares one scope */
     scopeIsRoute: boolean
-  } & Omit<NonNullable<RouteConfig['idempotency']>, 'keyHeader' | 'required' | 'methods' | 'scope'>
+    /** `idempotency.releaseStatuses`: upstream statuses that release the claim instead of being stored */
+    releaseStatuses: ReadonlySet<number>
+  } & Omit<NonNullable<RouteConfig['idempotency']>, 'keyHeader' | 'required' | 'methods' | 'scope' | 'releaseStatuses'>
 }
 
 /** hex SHA-256; `crypto.hash` (Node ≥ 20.12) is one call, without a Hash object per digest. */
@@ -33,9 +35,10 @@ export function compileRoute(r: RouteConfig, requestIdHeader = 'X-Request-Id'): 
     out.fencing = { resource: compileTemplate(r.fencing.resource, params), tokenHeader: r.fencing.tokenHeader.toLowerCase(), required: r.fencing.required }
   }
   if (r.idempotency) {
-    const { keyHeader, required, methods, scope, ...rest } = r.idempotency
+    const { keyHeader, required, methods, scope, releaseStatuses, ...rest } = r.idempotency
     out.idempotency = {
       ...rest,
+      releaseStatuses: new Set(releaseStatuses),
       keyHeader: keyHeader.toLowerCase(),
       required,
       methods: new Set(methods),

@@ -1,17 +1,23 @@
 /**
  * Starts and stops a gateway process: store, proxy listener, admin listener. SIGTERM/SIGINT:
  * stop accepting, let requests in flight finish up to `shutdown.grace`, then close upstream
- * pools and the store.
+ * pools and the store. `reload()` (SIGHUP) swaps in the app of a new config while requests in
+ * flight finish under the old one (./reload.ts). A shared store that does not answer at start-up
+ * does not stop the start: the gateway serves, failing closed, and connects when it answers
+ * (./store/late.ts).
  */
 import type { AddressInfo } from 'node:net'
 import { randomUUID } from 'node:crypto'
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { Pool } from 'undici'
 import type { Duplex } from 'node:stream'
 import { createAdaptorServer, getRequestListener, RequestError } from '@hono/node-server'
 import type { Config } from './config/schema.js'
 import { createGateway } from './gateway.js'
-import { createAdmin } from './admin.js'
-import { openStore, guardStore } from './store/index.js'
+import { createAdmin, exposedAdmin } from './admin.js'
+import { guardStore } from './store/index.js'
+import { openForGateway } from './store/late.js'
+import { nextConfig, type ReloadResult } from './reload.js'
 import { StateWatch } from './store/state.js'
 import { tooLarge } from './body.js'
 import { Problem } from './problems.js'
@@ -31,6 +37,11 @@ export interface Running {
   audit: AuditQueue
   /** graceful stop; resolves once everything is closed */
   close(): Promise<void>
+  /**
+   * SIGHUP: applies the config file again (or `next`), or refuses it and keeps the running one;
+   * requests in flight finish under the config they started with
+   */
+  reload(next?: Config): Promise<ReloadResult>
 }
 
 const hostPort = (listen: string): { host: string; port: number } => {
@@ -53,6 +64,23 @@ export function listen(server: Server, listenAt: string): Promise<string> {
 export interface StartOptions {
   /** false: no admin listener (a `--workers` worker: the primary serves admin); default true */
   admin?: boolean
+  /** the file `reload()` reads again */
+  configFile?: string
+}
+
+/** One config's request handling: what a request is admitted by, and finishes under (./reload.ts). */
+interface Generation {
+  config: Config
+  listener: ReturnType<typeof getRequestListener>
+  pools: Pool[]
+  /** the request id header, lower case */
+  idHeader: string
+  /** the largest body any route accepts */
+  largest: number
+  /** requests admitted by this generation whose response has not ended */
+  active: number
+  /** replaced by a newer generation: its pools close once `active` is 0 */
+  retired: boolean
 }
 
 /**
@@ -156,10 +184,16 @@ function unusableRequest(idHeader: string) {
   }
 }
 
-/** The proxy listener: Hono's listener behind `screened`, with the configured client timeouts. */
-function createProxyServer(fetch: Parameters<typeof getRequestListener>[0], config: Config): Server {
-  const idHeader = config.log.requestIdHeader.toLowerCase()
-  const listener = getRequestListener(fetch, { autoCleanupIncoming: false, errorHandler: unusableRequest(idHeader) })
+/** Hono's listener for one generation's app. */
+const requestListener = (fetch: Parameters<typeof getRequestListener>[0], idHeader: string) =>
+  getRequestListener(fetch, { autoCleanupIncoming: false, errorHandler: unusableRequest(idHeader) })
+
+/**
+ * The proxy listener: the current generation's listener behind `screened`, with the configured
+ * client timeouts. Each request is counted on the generation that admitted it until its
+ * response has ended; `retire` is called when a replaced generation has none left.
+ */
+function createProxyServer(config: Config, current: () => Generation, retire: (g: Generation) => void): Server {
   const s = config.server
   const server = createServer({
     headersTimeout: s.headersTimeout,
@@ -167,9 +201,15 @@ function createProxyServer(fetch: Parameters<typeof getRequestListener>[0], conf
     connectionsCheckingInterval: checkingInterval(s),
     // a missing Host is still refused (by unusableRequest, as a problem, not Node's bare 400)
     requireHostHeader: false,
-  }, (req, res) => { if (!screened(req, res, idHeader)) void listener(req, res) })
+  }, (req, res) => {
+    const g = current()
+    if (screened(req, res, g.idHeader)) return
+    g.active++
+    res.once('close', () => { if (--g.active === 0 && g.retired) retire(g) })
+    void g.listener(req, res)
+  })
   server.keepAliveTimeout = s.keepAliveTimeout
-  server.on('clientError', onClientError(idHeader))
+  server.on('clientError', (err: Error & { code?: string; reason?: string }, socket: Duplex) => onClientError(current().idHeader)(err, socket))
   return server
 }
 
@@ -178,8 +218,9 @@ function createProxyServer(fetch: Parameters<typeof getRequestListener>[0], conf
  * with 413 before the client sends it; any other request gets its 100 Continue as Node would
  * send it. (A body over a smaller route's limit is refused after routing, once it is sent.)
  */
-function refuseHopelessUploads(server: Server, largest: number, idHeader: string): void {
+function refuseHopelessUploads(server: Server, current: () => Generation): void {
   server.on('checkContinue', (req, res) => {
+    const { largest, idHeader } = current()
     if (screened(req, res, idHeader)) return
     if (Number(req.headers['content-length'] ?? 0) > largest) {
       const p = tooLarge(largest)
@@ -193,33 +234,34 @@ function refuseHopelessUploads(server: Server, largest: number, idHeader: string
 }
 
 /**
- * Opens the store and starts both listeners.
- * @throws StoreError when the store cannot be opened; Error (EADDRINUSE…) when a port is taken
+ * Opens the store and starts both listeners. A redis or postgres store that does not answer yet
+ * does not stop the start (contract §2): see ./store/late.ts.
+ * @throws StoreError when a memory or sqlite store cannot be opened; Error (EADDRINUSE…) when a port is taken
  */
 export async function startGateway(config: Config, log: Logger = createLogger(), options: StartOptions = {}): Promise<Running> {
   const metrics = createMetrics(VERSION)
-  const raw = await openStore(config.store, config.audit)
+  log.setLevel?.(config.log.level)
+  const { store: raw } = await openForGateway(config, log)
   const store = guardStore(raw, metrics, config.store.timeout, log)
-  try {
-    await store.ping()
-  } catch (e) {
-    await raw.close().catch(() => {})
-    throw e
-  }
+  await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
-  try {
-    await watch.start()
-  } catch (e) {
-    await raw.close().catch(() => {})
-    throw e
-  }
+  await watch.start() // a store that does not answer yet: its first answer sets the epoch
   let accepting = true
-  const stopUnknown = watchUnknown(config, store, metrics, log)
+  let stopUnknown = watchUnknown(config, store, metrics, log)
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
-  const { app, pools } = createGateway(config, store, metrics, log, audit, watch)
-  const server = createProxyServer(app.fetch, config)
-  refuseHopelessUploads(server, Math.max(...config.routes.map((r) => r.maxRequestBytes)), config.log.requestIdHeader.toLowerCase())
-  const admin = createAdaptorServer({ fetch: createAdmin({ token: config.admin.token, store, metrics, accepting: () => accepting, config, watch }).fetch }) as Server
+
+  const generation = (c: Config): Generation => {
+    const { app, pools } = createGateway(c, store, metrics, log, audit, watch)
+    const idHeader = c.log.requestIdHeader.toLowerCase()
+    return { config: c, listener: requestListener(app.fetch, idHeader), pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
+  }
+  let current = generation(config)
+  const retire = (g: Generation) => { closeUpstreams(g.pools).catch(() => {}) }
+  const server = createProxyServer(config, () => current, retire)
+  refuseHopelessUploads(server, () => current)
+  const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics, accepting: () => accepting, config: c, watch })
+  let adminFetch = adminApp(config).fetch
+  const admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
   let url: string, adminUrl = ''
   try {
     url = await listen(server, config.listen)
@@ -231,6 +273,28 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     await raw.close()
     throw e
   }
+  if (options.admin !== false) {
+    const exposed = exposedAdmin(config)
+    if (exposed) log.warn(exposed, { admin: config.admin.listen })
+  }
+
+  const reload = async (next?: Config): Promise<ReloadResult> => {
+    const checked = nextConfig(options.configFile, current.config, metrics, log, next)
+    if ('refused' in checked) return checked.refused
+    const c = checked.config
+    const previous = current
+    current = generation(c) // new requests from here on; those in flight keep `previous`
+    previous.retired = true
+    if (previous.active === 0) retire(previous)
+    adminFetch = adminApp(c).fetch
+    stopUnknown()
+    stopUnknown = watchUnknown(c, store, metrics, log)
+    log.setLevel?.(c.log.level)
+    metrics.configReloads.inc({ result: 'applied' })
+    log.info('config reloaded', { file: options.configFile, routes: c.routes.length, inFlight: previous.active })
+    return { applied: true, routes: c.routes.length }
+  }
+
   let closing: Promise<void> | undefined
   const close = () => (closing ??= (async () => {
     accepting = false
@@ -238,16 +302,16 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     stopUnknown()
     const drained = new Promise<void>((r) => server.close(() => r()))
     server.closeIdleConnections()
-    const grace = new Promise<'late'>((r) => setTimeout(() => r('late'), config.shutdown.grace).unref())
+    const grace = new Promise<'late'>((r) => setTimeout(() => r('late'), current.config.shutdown.grace).unref())
     if ((await Promise.race([drained, grace])) === 'late') {
       log.warn('shutdown grace passed; closing connections with requests still in flight')
       server.closeAllConnections()
     }
-    await closeUpstreams(pools).catch(() => {})
+    await closeUpstreams(current.pools).catch(() => {})
     await audit.flush().catch(() => {})
     await raw.close().catch(() => {})
     admin.closeAllConnections()
     await new Promise<void>((r) => admin.close(() => r()))
   })())
-  return { url, adminUrl, metrics, audit, close }
+  return { url, adminUrl, metrics, audit, close, reload }
 }

@@ -84,6 +84,18 @@ describe('check-config', () => {
     ['no routes', GOOD.slice(0, GOOD.indexOf('routes:')) + 'routes: []\n', 'routes: needs at least one route'],
     ['unset environment variable', GOOD.replace('http://127.0.0.1:9090', '${FG_TEST_UPSTREAM_UNSET}'), 'routes[0].upstream.url: environment variable FG_TEST_UPSTREAM_UNSET is not set'],
     ['not YAML', 'routes: [\n', 'not valid YAML'],
+    // issue 15 §4: in the config's own terms, with "did you mean"
+    ['a misspelt top-level key', GOOD.replace('store:', 'stroe:'), 'stroe: unknown key (did you mean "store"?)'],
+    ['a misspelt nested key', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      tokenHeadr: X-Token'), 'routes[0].fencing.tokenHeadr: unknown key (did you mean "tokenHeader"?)'],
+    ['yes for a boolean', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      required: yes'), 'routes[0].fencing.required: must be true or false, not "yes"'],
+    ['a store kind that does not exist', GOOD.replace('kind: memory', 'kind: sqlit'), 'store.kind: must be one of memory, sqlite, redis, postgres, not "sqlit" (did you mean "sqlite"?)'],
+    ['a route shadowed by an earlier one', GOOD.replace('routes:\n', 'routes:\n  - name: everything\n    match:\n      path: /*\n    upstream:\n      url: http://127.0.0.1:9090\n'),
+      'routes[1].match.path: route payments never matches: routes[0] (everything: /*, every method) comes first and takes every request it would get, so its fencing and idempotency never applies'],
+    ['a path in upstream.url', GOOD.replace('url: http://127.0.0.1:9090', 'url: http://127.0.0.1:9090/v1'), 'routes[0].upstream.url: has a path or query ("/v1"): fencegate forwards each request\'s own path and query to the upstream\'s origin unchanged'],
+    ['listen equal to admin.listen', GOOD.replace('listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0', 'listen: 127.0.0.1:8080\nadmin:\n  listen: 127.0.0.1:8080'), 'admin.listen: 127.0.0.1:8080 is taken by listen (127.0.0.1:8080)'],
+    ['idempotency methods the route never admits', GOOD.replace('ttl: 24h', 'ttl: 24h\n      methods: [PUT]'), 'routes[0].idempotency.methods: none of PUT is in match.methods (POST), so this route never uses an idempotency key'],
+    ['a 2xx in releaseStatuses', GOOD.replace('ttl: 24h', 'ttl: 24h\n      releaseStatuses: [201]'), 'routes[0].idempotency.releaseStatuses[0]: must be a 4xx or 5xx status'],
+    ['a tab in the indentation', GOOD.replace('    fencing:', '\tfencing:'), 'not valid YAML: Tabs are not allowed as indentation (indent with spaces)'],
   ])('%s: exit 2 naming the YAML path', (_what, yaml, expected) => {
     const r = check(yaml)
     expect(r.code).toBe(2)
@@ -91,9 +103,65 @@ describe('check-config', () => {
     expect(r.err).not.toMatch(/\n\s+at /) // never a stack trace
   })
 
+  test('a tab in the indentation: its line and column', () => {
+    expect(check(GOOD.replace('    fencing:', '\tfencing:')).err).toMatch(/fencegate\.yaml:14:1: routes\[0\][.\w]*: not valid YAML: Tabs are not allowed/)
+  })
+
   test('the message gives the file and line of the mistake', () => {
     const r = check(GOOD.replace('timeout: 10s', 'timeout: soon'))
     expect(r.err).toMatch(/fencegate\.yaml:13: routes\[0\]\.upstream\.timeout/)
+  })
+
+  test('every problem in one pass: unset variable, misspelt key, bad value, shadowed route, listeners', () => {
+    const yaml = `listen: 127.0.0.1:7000
+admin:
+  listen: 127.0.0.1:7000
+stroe:
+  kind: memory
+routes:
+  - name: all
+    match:
+      path: /*
+    upstream:
+      url: \${FG_TEST_UNSET_UPSTREAM}
+  - name: pay
+    match:
+      path: /accounts/:a/*
+    upstream:
+      url: http://127.0.0.1:9090
+      timeout: 10 s
+    fencing:
+      resource: "{param.a}"
+  - name: pay2
+    match:
+      path: /accounts/:a/charges
+      methods: [POST]
+    upstream:
+      url: http://127.0.0.1:9090/v1
+    fencing:
+      resource: "{param.a}"
+      required: no
+`
+    const r = check(yaml)
+    expect(r.code).toBe(2)
+    const lines = r.err.trim().split('\n')
+    expect(lines).toEqual([
+      expect.stringMatching(/:3: admin\.listen: 127\.0\.0\.1:7000 is taken by listen/),
+      expect.stringMatching(/:4: stroe: unknown key \(did you mean "store"\?\)$/),
+      expect.stringMatching(/:11: routes\[0\]\.upstream\.url: environment variable FG_TEST_UNSET_UPSTREAM is not set/),
+      expect.stringMatching(/:17: routes\[1\]\.upstream\.timeout: "10 s" is not a duration/),
+      expect.stringMatching(/:25: routes\[2\]\.upstream\.url: has a path or query \("\/v1"\)/),
+      expect.stringMatching(/:28: routes\[2\]\.fencing\.required: must be true or false, not "no" \(YAML 1\.2 reads it as text\)$/),
+    ])
+  })
+
+  test('a YAML syntax error: one line, with line and column', () => {
+    const r = check(GOOD.replace('      methods: [POST]', '      methods: [POST'))
+    expect(r.code).toBe(2)
+    const lines = r.err.trim().split('\n')
+    expect(lines).toHaveLength(1)
+    // the line and column where the parser noticed, and the key it was under
+    expect(lines[0]).toMatch(/fencegate\.yaml:\d+:\d+: routes\[0\][.\w[\]]*: not valid YAML: /)
   })
 
   test('several mistakes: one line each', () => {
@@ -122,10 +190,10 @@ describe('start-up', () => {
     expect(r.err).toContain('store.colour: unknown key')
   })
 
-  test('a store that cannot be opened stops start-up with exit 2 naming store', () => {
+  test('a SQLite path that cannot be opened stops start-up with exit 2 naming store.path', () => {
     const r = cli([], GOOD.replace('kind: memory', 'kind: sqlite\n  path: /dev/null/fencegate.db'))
     expect(r.code).toBe(2)
-    expect(r.err).toMatch(/: store: store unreachable at start-up/)
+    expect(r.err).toMatch(/: store\.path: the sqlite store cannot be opened/)
   })
 
   test('a taken port stops start-up with exit 2', async () => {
@@ -140,5 +208,79 @@ describe('start-up', () => {
     } finally {
       s.close()
     }
+  })
+})
+
+// issue 15 §3, §5: check-config --connect, and the conventions every command keeps
+describe('check-config --connect', () => {
+  test('a store that answers: exit 0 saying so; one that does not: exit 1 (not a config mistake)', async () => {
+    const ok = cli(['check-config', '--connect'], GOOD)
+    expect(ok.err).toBe('')
+    expect(ok.code).toBe(0)
+    expect(ok.out).toContain('the memory store answers')
+    const { freePort } = await import('./helpers/gateway.js')
+    const port = await freePort()
+    const down = cli(['check-config', '--connect'], GOOD.replace('kind: memory', `kind: redis\n  url: redis://127.0.0.1:${port}\n  timeout: 200ms`))
+    expect(down.code).toBe(1)
+    expect(down.err).toMatch(/^store: the redis store cannot be opened/)
+    // without --connect the same config is fine: the store is not checked
+    expect(cli(['check-config'], GOOD.replace('kind: memory', `kind: redis\n  url: redis://127.0.0.1:${port}`)).code).toBe(0)
+  })
+})
+
+describe('CLI conventions', () => {
+  const run = (...args: string[]) => {
+    const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 15_000 })
+    return { code: r.status, out: r.stdout, err: r.stderr }
+  }
+
+  test('help, help COMMAND and COMMAND --help print usage and exit 0; -v and --version the version', () => {
+    const all = run('help')
+    expect(all.code).toBe(0)
+    for (const c of ['start', 'check-config', 'migrate', 'audit', 'resolve', 'unknown', 'store accept-loss']) expect(all.out).toContain(c)
+    expect(all.out).toMatch(/exit codes: 0 ok; 1 runtime failure .*; 2 usage or config mistake/)
+    const one = run('help', 'resolve')
+    expect(one.code).toBe(0)
+    expect(one.out).toContain('usage: fencegate resolve')
+    expect(one.out).toContain('--reason TEXT')
+    expect(run('resolve', '--help').out).toBe(one.out)
+    expect(run('store', 'accept-loss', '--help').out).toContain('usage: fencegate store accept-loss')
+    expect(run('help', 'store', 'accept-loss').out).toContain('usage: fencegate store accept-loss')
+    expect(run('-v').out).toMatch(/^fencegate \d+\.\d+\.\d+/)
+    expect(run('--version').out).toBe(run('-v').out)
+    expect(run('--help').out).toBe(all.out)
+  })
+
+  test('a misspelt command or flag: exit 2 with a suggestion', () => {
+    const cmd = run('chek-config')
+    expect(cmd.code).toBe(2)
+    expect(cmd.err).toContain('unknown command "chek-config" (did you mean "check-config"?)')
+    const flag = run('check-config', '--confg', 'x.yaml')
+    expect(flag.code).toBe(2)
+    expect(flag.err).toContain('check-config has no flag --confg (did you mean --config?)')
+    const elsewhere = run('audit', '--reason', 'x')
+    expect(elsewhere.code).toBe(2)
+    expect(elsewhere.err).toContain('--reason is a flag of resolve, store accept-loss')
+    const sub = run('store', 'acept-loss')
+    expect(sub.code).toBe(2)
+    expect(sub.err).toContain('(did you mean "accept-loss"?)')
+  })
+
+  test('store alone lists its subcommands', () => {
+    const r = run('store')
+    expect(r.code).toBe(0)
+    expect(r.out).toContain('fencegate store accept-loss')
+  })
+
+  test('--json: errors as one JSON object on stdout, with the exit code of the table', () => {
+    const usage = run('audit', '--json', '--bogus')
+    expect(usage.code).toBe(2)
+    expect(JSON.parse(usage.out)).toMatchObject({ error: { type: 'usage', message: expect.stringContaining('--bogus') }, exitCode: 2 })
+    const bad = cli(['check-config', '--json'], GOOD.replace('store:', 'stroe:'))
+    expect(bad.code).toBe(2)
+    expect(bad.err).toBe('')
+    expect(JSON.parse(bad.out)).toMatchObject({ error: { type: 'config', problems: [{ path: 'stroe', line: 4, message: 'unknown key (did you mean "store"?)' }] }, exitCode: 2 })
+    const good = cli(['check-config', '--json'], GOOD)
+    expect(JSON.parse(good.out)).toMatchObject({ ok: true, routes: 1 })
   })
 })

@@ -44,6 +44,13 @@ beforeAll(async () => {
   url: ${REDIS_URL}
   keyPrefix: ${prefix}
 routes:
+  - name: download
+    match:
+      path: /big
+      methods: [GET]
+    upstream:
+      url: http://127.0.0.1:${port}
+      timeout: 2s
   - name: closing
     match:
       path: /*
@@ -52,13 +59,6 @@ routes:
       timeout: 2s
     idempotency:
       maxResponseBytes: 1KiB
-  - name: download
-    match:
-      path: /big
-      methods: [GET]
-    upstream:
-      url: http://127.0.0.1:${port}
-      timeout: 2s
 `)
 })
 

@@ -45,6 +45,11 @@ function storeSentences(store: Config['store'], out: Claim): void {
     case 'redis':
       out.assumptions.push('Redis keeps highest tokens and records only as durably as it is configured to: without persistence (AOF) a Redis restart loses them, and replication is asynchronous, so a failover can lose the writes of the last moments. fencegate detects a store that came back empty through its epoch marker, not a partial loss.')
       out.assumptions.push('Every gateway replica enforcing this route uses the same Redis and key prefix.')
+      if (store.cluster) out.assumptions.push('The store is a Redis Cluster: a slot whose master is down (until a replica takes over) refuses every request that needs it with 503; a master that comes back without its data is detected through the copies of the epoch marker in every block of slots.')
+      if (store.replicas > 0) {
+        out.guarantees.push(`A highest token or record the request relies on is acknowledged by ${store.replicas} Redis replica${store.replicas === 1 ? '' : 's'} (WAIT) before the request is forwarded; when fewer acknowledge in time the request is refused with 503.`)
+        out.notGuaranteed.push('WAIT is not consensus: Redis may still promote a replica that had not received an acknowledged write (for instance one that was not among those that acknowledged it), so a failover can still, more rarely, lose a highest token or a record.')
+      }
       break
     case 'postgres':
       out.assumptions.push('PostgreSQL has committed each highest token and record before the request is forwarded; a failover to an asynchronous standby can lose the last commits, so only synchronous replication (or no failover) keeps that promise through a failover.')

@@ -3,7 +3,8 @@
  * running or not), do one thing, close it.
  *   fencegate audit   --config PATH [--since 1h] [--route NAME] [--json]
  *   fencegate audit   --config PATH (--key-hash H | --key K [--scope S] --route NAME | --resource R) [--since 7d] [--json]
- *   fencegate resolve --config PATH --route NAME (--key KEY [--scope S] | --key-hash H) --as completed|failed
+ *   fencegate resolve --config PATH --route NAME (--key KEY [--scope S] | --key-hash H) --as completed|failed [--reason TEXT]
+ *   fencegate store accept-loss --config PATH [--reason TEXT]
  *   fencegate unknown --config PATH [--route NAME] [--json]
  * Exit codes: 0 done; 1 the store refused or the record could not be resolved; 2 usage or config.
  */
@@ -12,11 +13,11 @@ import { openStore } from '../store/index.js'
 import { StoreError, type Store } from '../store/types.js'
 import { Problem } from '../problems.js'
 import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
-import { resolveKey } from './resolve.js'
+import { acceptStoreLoss, cliActor, resolveKey } from './resolve.js'
 import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
 import { buildTimeline, formatTimeline } from './timeline.js'
 
-export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string }
+export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string; reason?: string }
 
 /** The outcome of a command: the exit code and the lines for stdout and stderr. */
 export interface CommandResult { code: number; stdout?: string; stderr?: string[] }
@@ -70,11 +71,29 @@ export async function resolveCommand(config: Config, args: AuditArgs): Promise<C
   if (args.key === undefined && args['key-hash'] === undefined) missing.push('key or --key-hash' as never)
   if (missing.length) return { code: 2, stderr: [`fencegate resolve needs ${missing.map((m) => `--${m}`).join(', ')}`] }
   try {
-    const r = await withStore(config, (store) => resolveKey(config, store, { route: args.route!, key: args.key, keyHash: args['key-hash'], scope: args.scope, as: args.as as 'completed' | 'failed' }))
+    const r = await withStore(config, (store) => resolveKey(config, store, { route: args.route!, key: args.key, keyHash: args['key-hash'], scope: args.scope, as: args.as as 'completed' | 'failed', reason: args.reason, by: cliActor() }))
     return { code: 0, stdout: args.json ? `${JSON.stringify(r)}\n` : `route ${r.route}, key hash ${r.keyHash}: outcome was unknown (${r.previousReason}); resolved as ${r.resolution}: ${r.effect}\n` }
   } catch (e) {
     if (e instanceof Problem) return { code: e.status === 400 ? 2 : 1, stderr: [`fencegate resolve: ${e.detail}`] }
     if (e instanceof StoreError) return { code: 1, stderr: [`fencegate resolve: the store cannot answer: ${e.message}`] }
+    throw e
+  }
+}
+
+/** `fencegate store accept-loss`: accepts the store's current state; who and why go to the attempt log. */
+export async function acceptLossCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
+  if (config.store.kind === 'memory') {
+    return { code: 2, stderr: ['store.kind memory lives inside the gateway process and never reports a lost state: there is nothing to accept from the command line.'] }
+  }
+  try {
+    const r = await withStore(config, (store) => acceptStoreLoss(store, { reason: args.reason, by: cliActor() }))
+    return {
+      code: 0,
+      stdout: args.json ? `${JSON.stringify(r)}\n` : `store state accepted as it is now (epoch ${r.epoch}); running gateways serve again within a second\n`,
+    }
+  } catch (e) {
+    if (e instanceof Problem) return { code: 2, stderr: [`fencegate store accept-loss: ${e.detail}`] }
+    if (e instanceof StoreError) return { code: 1, stderr: [`fencegate store accept-loss: the store cannot answer: ${e.message}`] }
     throw e
   }
 }

@@ -15,7 +15,29 @@ export interface AuditReport {
   since: string
   until: string
   routes: RouteReport[]
+  /**
+   * What operators did in the window (`resolve`, `accept-loss`), oldest first, with who and why;
+   * present only when there is something
+   */
+  operatorActions?: OperatorAction[]
 }
+
+/** An operator's action as the report lists it. */
+export interface OperatorAction {
+  /** RFC 3339 */
+  time: string
+  kind: 'resolve' | 'accept-loss'
+  /** the route of a `resolve`; `*` for `accept-loss` (every route) */
+  route: string
+  keyHash?: string
+  resolution?: 'completed' | 'failed'
+  reason?: string
+  by?: string
+  replica: string
+}
+
+/** Most operator actions a report lists (the newest). */
+const ACTIONS_LIMIT = 1000
 
 /**
  * Reads `--since` / `?since=`: a duration back from `now` (1h, 30m, 7d) or an RFC 3339 time.
@@ -53,7 +75,28 @@ export async function buildReport(config: Config, log: AuditLog, since: number, 
     if (c.route === 'none') continue
     routes.push({ ...c, claim: { guarantees: [], assumptions: [], notGuaranteed: [`Route ${c.route} is in the attempt log but not in the current config, so what it promised when these attempts were made cannot be told from here.`] } })
   }
-  return { since: new Date(since).toISOString(), until: new Date(until).toISOString(), routes }
+  const report: AuditReport = { since: new Date(since).toISOString(), until: new Date(until).toISOString(), routes }
+  const actions = (await log.timeline({ operator: true }, since, ACTIONS_LIMIT))
+    .filter((e) => e.time < until && e.kind !== 'attempt' && (route === undefined || e.route === route || e.kind === 'accept-loss'))
+  if (actions.length) {
+    report.operatorActions = actions.map((e) => {
+      const a: OperatorAction = { time: new Date(e.time).toISOString(), kind: e.kind as OperatorAction['kind'], route: e.route, replica: e.replica }
+      if (e.keyHash) a.keyHash = e.keyHash
+      if (e.resolution) a.resolution = e.resolution
+      if (e.reason) a.reason = e.reason
+      if (e.by) a.by = e.by
+      return a
+    })
+  }
+  return report
+}
+
+/** One line for an operator action, for people. */
+export function formatAction(a: Pick<OperatorAction, 'time' | 'kind' | 'route' | 'keyHash' | 'resolution' | 'reason' | 'by' | 'replica'>): string {
+  const what = a.kind === 'accept-loss'
+    ? 'store state loss accepted'
+    : `route ${a.route}, key hash ${a.keyHash ?? '?'}: resolved as ${a.resolution}`
+  return `${a.time}  ${what}  by ${a.by ?? a.replica}${a.reason ? `  reason: ${a.reason}` : '  (no reason given)'}`
 }
 
 const ROWS: [string, (r: RouteReport) => number, string][] = [
@@ -89,6 +132,11 @@ export function formatReport(report: AuditReport): string {
     section('guarantees', r.claim.guarantees)
     section('assumptions', r.claim.assumptions)
     section('not guaranteed', r.claim.notGuaranteed)
+    out.push('')
+  }
+  if (report.operatorActions?.length) {
+    out.push('operator actions')
+    for (const a of report.operatorActions) out.push(`  ${formatAction(a)}`)
     out.push('')
   }
   return out.join('\n')

@@ -7,6 +7,7 @@
  *   --as completed  the effect happened: the key is kept for the route's ttl as completed with
  *                   no stored response; later attempts get 409 response-not-stored
  */
+import { hostname, userInfo } from 'node:os'
 import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import { sha256hex } from '../route.js'
@@ -14,6 +15,7 @@ import { parseIdempotencyKey } from '../idempotency/key.js'
 import type { RecordKey, Resolution, Store, UnknownReason } from '../store/types.js'
 import { REPLICA, auditKeyHash } from './entry.js'
 import { formatDuration } from './claim.js'
+import type { AuditEntry } from './types.js'
 
 export interface ResolveRequest {
   route: string
@@ -27,6 +29,50 @@ export interface ResolveRequest {
   /** the filled scope template of the route (e.g. the Authorization value); omit when the route has none */
   scope?: string
   as: Resolution
+  /** why, in the operator's words (`--reason`); kept in the attempt log */
+  reason?: string
+  /** who: `cli:user@host` or `admin-api:<peer address>`; kept in the attempt log */
+  by?: string
+}
+
+/** Most characters of an operator's reason kept in the attempt log. */
+export const REASON_MAX = 500
+
+/** An operator's reason as the attempt log keeps it: one line, at most REASON_MAX characters. @throws Problem 400 */
+export function checkReason(reason: unknown): string | undefined {
+  if (reason === undefined || reason === null || reason === '') return undefined
+  if (typeof reason !== 'string') throw new Problem('bad-request', 'reason must be a string: why the action is taken, in words, kept in the attempt log.')
+  const one = reason.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim()
+  if (one.length > REASON_MAX) throw new Problem('bad-request', `reason must be at most ${REASON_MAX} characters.`)
+  return one || undefined
+}
+
+/** Who runs this CLI: `cli:user@host` (the user from the OS, else $USER, else the uid). */
+export function cliActor(): string {
+  let user: string | undefined
+  try { user = userInfo().username } catch { user = process.env.USER ?? process.env.LOGNAME }
+  return `cli:${user || `uid ${process.getuid?.() ?? '?'}`}@${hostname()}`
+}
+
+export interface LossAccepted {
+  /** the store's epoch accepted as it is now */
+  epoch: string
+}
+
+/**
+ * `fencegate store accept-loss` and admin `POST /store/accept-loss`: marks the store's current
+ * state accepted (every gateway serves again within a second) and writes an `accept-loss` entry
+ * with who and why to the attempt log.
+ * @throws Problem 400 (bad reason); StoreError when the store cannot answer
+ */
+export async function acceptStoreLoss(store: Store, who: { reason?: string; by?: string }, now = Date.now()): Promise<LossAccepted> {
+  const reason = checkReason(who.reason)
+  const epoch = await store.acceptLoss()
+  const entry: AuditEntry = { time: now, kind: 'accept-loss', replica: REPLICA, route: '*' }
+  if (reason) entry.reason = reason
+  if (who.by) entry.by = who.by
+  await store.audit.append([entry])
+  return { epoch }
 }
 
 export interface Resolved {
@@ -44,6 +90,7 @@ export interface Resolved {
  *   404 record-not-found, 409 not-resolvable; StoreError when the store cannot answer
  */
 export async function resolveKey(config: Config, store: Store, r: ResolveRequest, now = Date.now()): Promise<Resolved> {
+  const who = { reason: checkReason(r.reason), by: r.by }
   const rc = config.routes.find((x) => x.name === r.route)
   if (!rc) throw new Problem('bad-request', `No route named ${JSON.stringify(r.route)} in the config (routes: ${config.routes.map((x) => x.name).join(', ')}).`)
   const i = rc.idempotency
@@ -56,7 +103,7 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
     if (!found) {
       throw new Problem('record-not-found', `Route ${rc.name} has no record in the unknown state with key hash ${r.keyHash} (already resolved, expired, or its outcome is known): \`fencegate unknown\` lists those that are.`, { keyHash: r.keyHash })
     }
-    return settle(rc, store, found.key, r.keyHash, r.as, now)
+    return settle(rc, store, found.key, r.keyHash, r.as, now, who)
   }
   const key = typeof r.key === 'string' ? parseIdempotencyKey(r.key) : undefined
   if (key === undefined) throw new Problem('bad-request', 'key must be an idempotency key: 1 to 255 visible ASCII characters, bare or as a quoted sf-string.')
@@ -67,11 +114,11 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
     if (typeof r.scope !== 'string') throw new Problem('bad-request', `Route ${rc.name} scopes its keys by "${i.scope}": give the scope, the value that template had on the request (an empty string when it named nothing).`)
     scope = sha256hex(r.scope)
   }
-  return settle(rc, store, { route: rc.name, scope, key }, auditKeyHash(scope, key), r.as, now)
+  return settle(rc, store, { route: rc.name, scope, key }, auditKeyHash(scope, key), r.as, now, who)
 }
 
 /** Resolves one record and writes the `resolve` entry. */
-async function settle(rc: Config['routes'][number], store: Store, recordKey: RecordKey, keyHash: string, as: Resolution, now: number): Promise<Resolved> {
+async function settle(rc: Config['routes'][number], store: Store, recordKey: RecordKey, keyHash: string, as: Resolution, now: number, who: { reason?: string; by?: string }): Promise<Resolved> {
   const i = rc.idempotency!
   const result = await store.resolve(recordKey, as, i.ttl, now)
   if (result.kind === 'not_found') {
@@ -81,7 +128,10 @@ async function settle(rc: Config['routes'][number], store: Store, recordKey: Rec
     const why = result.state === 'in_flight' ? 'an attempt with it is still in flight within its lease' : `its outcome is known (${result.state === 'completed' ? 'a stored response is replayed' : 'it completed without a stored response'})`
     throw new Problem('not-resolvable', `The record of this key was left alone: ${why}. Only an unknown outcome can be resolved.`, { keyHash, state: result.state })
   }
-  await store.audit.append([{ time: now, kind: 'resolve', replica: REPLICA, route: rc.name, keyHash, resolution: as }])
+  const entry: AuditEntry = { time: now, kind: 'resolve', replica: REPLICA, route: rc.name, keyHash, resolution: as }
+  if (who.reason) entry.reason = who.reason
+  if (who.by) entry.by = who.by
+  await store.audit.append([entry])
   return {
     route: rc.name,
     keyHash,

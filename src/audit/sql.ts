@@ -9,7 +9,7 @@ import { emptyCounts, type AuditCounts, type AuditEntry, type TimelineFilter } f
 export const AUDIT_COLUMNS = [
   'time', 'kind', 'replica', 'route', 'method', 'resource', 'token', 'key_hash', 'fingerprint', 'outcome',
   'result', 'unknown', 'abandoned', 'duplicate', 'overtaken', 'status', 'upstream_status', 'duration_ms',
-  'trace_id', 'resolution', 'request_id',
+  'trace_id', 'resolution', 'request_id', 'reason', 'actor',
 ] as const
 
 /** The row of an entry, values in AUDIT_COLUMNS order. */
@@ -17,7 +17,7 @@ export const auditRow = (e: AuditEntry): (string | number | null)[] => [
   e.time, e.kind, e.replica, e.route, e.method ?? null, e.resource ?? null, e.token ?? null, e.keyHash ?? null,
   e.fingerprint ?? null, e.outcome ?? null, e.result ?? null, e.unknown ?? null, e.abandoned ? 1 : 0,
   e.duplicate ? 1 : 0, e.overtaken ? 1 : 0, e.status ?? null, e.upstreamStatus ?? null,
-  e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null, e.requestId ?? null,
+  e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null, e.requestId ?? null, e.reason ?? null, e.by ?? null,
 ]
 
 /**
@@ -55,6 +55,7 @@ export function timelineSql(table: string, p: (n: number) => string, f: Timeline
   const or: string[] = []
   for (const h of f.keyHashes ?? []) { values.push(h); or.push(`key_hash = ${p(values.length)}`) }
   if (f.resource !== undefined) { values.push(f.resource); or.push(`resource = ${p(values.length)}`) }
+  if (f.operator) or.push("kind <> 'attempt'")
   let where = `time >= ${p(1)} AND (${or.length ? or.join(' OR ') : 'FALSE'})`
   if (f.route !== undefined) { values.push(f.route); where += ` AND route = ${p(values.length)}` }
   values.push(limit)
@@ -87,6 +88,8 @@ export function entryFromRow(r: Record<string, unknown>): AuditEntry {
   set('traceId', str('trace_id'))
   set('resolution', str('resolution') as AuditEntry['resolution'])
   set('requestId', str('request_id'))
+  set('reason', str('reason'))
+  set('by', str('actor'))
   return e
 }
 

@@ -72,7 +72,7 @@ export function formatTimeline(t: Timeline): string {
   const what = t.resource !== undefined ? `resource ${t.resource}` : `key hash ${t.keyHash}`
   if (!t.entries.length) return `no attempts on ${what} since ${t.since}`
   const lines = t.entries.map((e) => {
-    if (e.kind === 'resolve') return `${e.time}  ${e.route}  resolved as ${e.resolution} by ${e.replica}`
+    if (e.kind === 'resolve') return `${e.time}  ${e.route}  resolved as ${e.resolution} by ${e.by ?? e.replica}${e.reason ? `  reason: ${e.reason}` : ''}`
     const flags = [e.unknown && `unknown(${e.unknown})`, e.abandoned && 'found-abandoned', e.duplicate && 'duplicate', e.overtaken && 'overtaken'].filter(Boolean).join(' ')
     return [e.time, e.route, e.method, e.status, e.outcome, e.result, e.token !== undefined ? `token ${e.token}` : '',
       t.resource === undefined && e.resource ? `resource ${e.resource}` : '', t.keyHash === undefined && e.keyHash ? `key ${e.keyHash.slice(0, 12)}` : '',

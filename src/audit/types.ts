@@ -10,8 +10,11 @@ import type { UnknownReason } from '../store/types.js'
 export interface AuditEntry {
   /** epoch ms when the decision was made (the request ended, or the resolution was written) */
   time: number
-  /** `attempt`: a request; `resolve`: `fencegate resolve` (CLI or admin) settled a key */
-  kind: 'attempt' | 'resolve'
+  /**
+   * `attempt`: a request; `resolve`: `fencegate resolve` (CLI or admin) settled a key;
+   * `accept-loss`: `fencegate store accept-loss` (CLI or admin) accepted a store's lost state
+   */
+  kind: 'attempt' | 'resolve' | 'accept-loss'
   /** hostname:pid of the gateway process (or the CLI) that wrote it */
   replica: string
   route: string
@@ -47,6 +50,10 @@ export interface AuditEntry {
   requestId?: string
   /** kind `resolve`: what the operator declared */
   resolution?: 'completed' | 'failed'
+  /** operator actions (`resolve`, `accept-loss`): why, as given with `--reason` or the admin body's `reason` */
+  reason?: string
+  /** operator actions: who, e.g. `cli:alice@host-1` or `admin-api:10.0.0.7` */
+  by?: string
 }
 
 /** Counts of one route over a window (contract §8, without `claim`). */
@@ -86,16 +93,21 @@ export interface AuditLog {
   timeline(filter: TimelineFilter, since: number, limit: number): Promise<AuditEntry[]>
 }
 
-/** Which entries a timeline holds: those with one of `keyHashes`, or with `resource`; only `route`'s when given. */
+/**
+ * Which entries a timeline holds: those with one of `keyHashes`, or with `resource`, or (with
+ * `operator`) every operator action (kinds other than `attempt`); only `route`'s when given.
+ */
 export interface TimelineFilter {
   route?: string
   keyHashes?: readonly string[]
   resource?: string
+  operator?: boolean
 }
 
 /** Whether an entry belongs to a timeline (the in-memory logs' filter; the SQL one is in ./sql.ts). */
 export function inTimeline(e: AuditEntry, f: TimelineFilter): boolean {
   if (f.route !== undefined && e.route !== f.route) return false
+  if (f.operator && e.kind !== 'attempt') return true
   if (f.keyHashes && e.keyHash !== undefined && f.keyHashes.includes(e.keyHash)) return true
   return f.resource !== undefined && e.resource === f.resource
 }
@@ -126,6 +138,7 @@ export function aggregate(entries: Iterable<AuditEntry>, since: number, until: n
       }
       continue
     }
+    if (e.kind !== 'attempt') continue
     let c = byRoute.get(e.route)
     if (!c) byRoute.set(e.route, c = { ...emptyCounts(e.route), keySet: new Set() })
     c.attempts++

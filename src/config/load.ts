@@ -1,13 +1,16 @@
 /**
  * Loads a config file: YAML → `${ENV}` / `${ENV:-default}` interpolation in string values →
- * schema validation → checks across fields (unique route names, templates) → paths made
- * relative to the config file's folder.
+ * schema validation → checks across fields (./checks.ts: names, templates, shadowed routes,
+ * listeners, upstream URLs) → paths made relative to the config file's folder. Every problem is
+ * reported in one pass, in the config's own terms (./messages.ts), each with its YAML path and
+ * line.
  */
 import { readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
-import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml'
-import { configSchema, type Config } from './schema.js'
-import { compileTemplate, pathParams } from './template.js'
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
+import { configSchema, type Config, type RouteConfig } from './schema.js'
+import { crossFindings, upstreamUrlFindings } from './checks.js'
+import { describeIssue } from './messages.js'
 
 /** One mistake in a config: its YAML path (e.g. `routes[0].upstream.timeout`) and what is wrong. */
 export interface ConfigProblem {
@@ -15,6 +18,8 @@ export interface ConfigProblem {
   message: string
   /** 1-based line in the file, when the path exists there */
   line?: number
+  /** 1-based column, for YAML syntax errors */
+  column?: number
 }
 
 /** Thrown when a config cannot be used; `problems` has one entry per mistake. */
@@ -26,7 +31,7 @@ export class ConfigError extends Error {
 }
 
 export const formatProblem = (file: string, p: ConfigProblem): string =>
-  `${file}${p.line ? `:${p.line}` : ''}: ${p.path || '(top level)'}: ${p.message}`
+  `${file}${p.line ? `:${p.line}${p.column ? `:${p.column}` : ''}` : ''}: ${p.path || '(top level)'}: ${p.message}`
 
 const pathText = (path: readonly PropertyKey[]): string =>
   path.reduce<string>((s, k) => (typeof k === 'number' ? `${s}[${k}]` : s ? `${s}.${String(k)}` : String(k)), '')
@@ -66,6 +71,50 @@ export function loadConfig(file: string, env: NodeJS.ProcessEnv = process.env): 
   return parseConfig(text, file, env)
 }
 
+/**
+ * The YAML path where a syntax error at `offset` sits: the deepest key or item that starts
+ * before it ("" for the top level).
+ */
+function pathAt(doc: Document, offset: number): string {
+  const at: PropertyKey[] = []
+  const start = (n: unknown) => (n as { range?: [number, number, number] } | null)?.range?.[0] ?? Infinity
+  let node: unknown = doc.contents
+  for (let depth = 0; depth < 100 && node && start(node) <= offset; depth++) {
+    if (isMap(node)) {
+      const pair = node.items.filter((p) => start(p.key) <= offset).pop()
+      if (!pair || !isScalar(pair.key)) break
+      at.push(String(pair.key.value))
+      node = pair.value
+    } else if (isSeq(node)) {
+      const i = node.items.filter((item) => start(item) <= offset).length - 1
+      if (i < 0) break
+      at.push(i)
+      node = node.items[i]
+    } else break
+  }
+  return pathText(at)
+}
+
+/** The YAML parser's first error, with line and column, in plain words. */
+function yamlProblems(doc: Document, errors: readonly YAMLError[], lines: LineCounter): ConfigProblem[] {
+  // the first only: one mistake (a tab, a missing bracket) makes the parser report several
+  // errors after it, which go away with it
+  const e = errors[0]
+  const pos = lines.linePos(e.pos[0])
+  const hint = YAML_HINTS.find(([re]) => re.test(e.message))?.[1]
+  return [{ path: pathAt(doc, e.pos[0]), message: `not valid YAML: ${e.message.split('\n')[0]}${hint ? ` (${hint})` : ''}`, line: pos.line, column: pos.col }]
+}
+
+const YAML_HINTS: [RegExp, string][] = [
+  [/Tabs are not allowed/, 'indent with spaces'],
+  [/mapping items must start at the same column/, 'the keys of one mapping line up in one column'],
+  [/Map keys must be unique/, 'a key may appear once per mapping'],
+  [/Sequence item without - indicator/, 'each list item starts with "- " at the same column'],
+  [/Missing closing/, 'close the quote on the same line'],
+  [/must be sufficiently indented and end with a \]/, 'a [ list ] must be closed with ]'],
+  [/Implicit map keys need to be followed by map values/, 'write "key: value", with a space after the colon'],
+]
+
 /** Validates config text; `file` names it in messages and anchors relative paths. */
 export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv = process.env): Config {
   const lines = new LineCounter()
@@ -77,12 +126,21 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
     }
     return undefined
   }
-  if (doc.errors.length) {
-    throw new ConfigError(file, doc.errors.map((e) => ({ path: '', message: `not valid YAML: ${e.message.split('\n')[0]}`, line: e.linePos?.[0]?.line })))
+  // a key's line is where the key is written (for a missing value, the line of its mapping)
+  const keyLineOf = (path: readonly PropertyKey[]): number | undefined => {
+    const parent = doc.getIn(path.slice(0, -1) as unknown[], true)
+    if (isMap(parent)) {
+      const pair = parent.items.find((p) => isScalar(p.key) && p.key.value === path[path.length - 1])
+      const r = (pair?.key as { range?: [number, number] } | undefined)?.range
+      if (r) return lines.linePos(r[0]).line
+    }
+    return lineOf(path)
   }
+  if (doc.errors.length) throw new ConfigError(file, yamlProblems(doc, doc.errors, lines))
   const problems: ConfigProblem[] = []
   interpolate(doc, env, problems, lines)
-  if (problems.length) throw new ConfigError(file, problems)
+  // a value left empty by an unset variable is reported once, as the variable
+  const unset = new Set(problems.map((p) => p.path))
 
   let data: unknown
   try {
@@ -91,51 +149,48 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
   } catch (e) {
     throw new ConfigError(file, [{ path: '', message: `not valid YAML: ${(e as Error).message.split('\n')[0]}` }])
   }
-  const parsed = configSchema.safeParse(data ?? {})
-  if (!parsed.success) {
+  if (data !== undefined && data !== null && (typeof data !== 'object' || Array.isArray(data))) {
+    throw new ConfigError(file, [{ path: '', message: `the file must be a mapping of keys (listen:, admin:, store:, routes:, ...), not ${Array.isArray(data) ? 'a list' : JSON.stringify(data)}`, line: 1 }])
+  }
+  const add = (path: readonly PropertyKey[], message: string, keyLine = false) => {
+    const p = pathText(path)
+    if (unset.has(p)) return
+    problems.push({ path: p, message, line: keyLine ? keyLineOf(path) : lineOf(path) })
+  }
+  const parsed = configSchema.safeParse(data ?? {}, { reportInput: true })
+  let config: Config | undefined
+  if (parsed.success) {
+    config = parsed.data
+    for (const f of crossFindings({ listen: config.listen, adminListen: config.admin.listen, store: config.store, routes: config.routes.map((r, i) => [i, r]) })) add(f.path, f.message)
+  } else {
     for (const issue of parsed.error.issues) {
-      const keys = issue.code === 'unrecognized_keys' ? issue.keys : [undefined]
-      for (const k of keys) {
-        const path = k === undefined ? issue.path : [...issue.path, k]
-        const message = k === undefined ? issue.message : 'unknown key'
-        problems.push({ path: pathText(path), message, line: lineOf(path) })
-      }
+      for (const d of describeIssue(issue, data)) add(d.path, d.message, issue.code === 'unrecognized_keys')
     }
+    // what still can be checked: each valid route, and the sections that validated
+    const raw = (data ?? {}) as Record<string, unknown>
+    const shape = configSchema.shape
+    const ok = <T>(r: { success: boolean; data?: T }): T | undefined => (r.success ? r.data : undefined)
+    const routes: [number, RouteConfig][] = []
+    if (Array.isArray(raw.routes)) {
+      raw.routes.forEach((r, i) => {
+        const v = ok(shape.routes.element.safeParse(r))
+        if (v) routes.push([i, v])
+        else for (const f of upstreamUrlFindings((r as { upstream?: { url?: unknown } } | null)?.upstream?.url, i)) add(f.path, f.message)
+      })
+    }
+    const listen = ok(shape.listen.safeParse(raw.listen))
+    const admin = ok(shape.admin.safeParse(raw.admin))
+    const store = ok(shape.store.safeParse(raw.store))
+    const seen = new Set(problems.map((p) => `${p.path}: ${p.message}`))
+    for (const f of crossFindings({ listen, adminListen: admin?.listen, store, routes })) {
+      if (!seen.has(`${pathText(f.path)}: ${f.message}`)) add(f.path, f.message)
+    }
+  }
+  if (problems.length || !config) {
+    problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0))
     throw new ConfigError(file, problems)
   }
-  const config = parsed.data
-  const seen = new Map<string, number>()
-  config.routes.forEach((r, i) => {
-    const at = (...p: PropertyKey[]) => ({ path: pathText(['routes', i, ...p]), line: lineOf(['routes', i, ...p]) })
-    if (seen.has(r.name)) problems.push({ ...at('name'), message: `route name "${r.name}" is already used by routes[${seen.get(r.name)}]` })
-    else seen.set(r.name, i)
-    const params = pathParams(r.match.path)
-    const check = (text: string, ...p: PropertyKey[]) => {
-      try { compileTemplate(text, params) } catch (e) { problems.push({ ...at(...p), message: (e as Error).message }) }
-    }
-    if (r.fencing) check(r.fencing.resource, 'fencing', 'resource')
-    if (r.idempotency) {
-      const { lease, ttl } = r.idempotency
-      // a request still in flight past its lease is taken for crashed: its result would be lost
-      if (lease < r.upstream.timeout) {
-        problems.push({ ...at('idempotency', 'lease'), message: `lease (${lease} ms) must be at least upstream.timeout (${r.upstream.timeout} ms): a request still waiting for the upstream would be taken for crashed and its response lost` })
-      }
-      // an in-flight record that expires frees the key while the first request is still upstream
-      if (ttl < lease) {
-        problems.push({ ...at('idempotency', 'ttl'), message: `ttl (${ttl} ms) must be at least lease (${lease} ms): the key would be forgotten while its first request is still in flight` })
-      }
-    }
-    if (r.idempotency) check(r.idempotency.scope, 'idempotency', 'scope')
-  })
   const { store } = config
-  if ((store.kind === 'redis' || store.kind === 'postgres') && !store.url) {
-    problems.push({ path: 'store.url', message: `store.kind ${store.kind} needs store.url`, line: lineOf(['store']) })
-  } else if (store.kind === 'redis' && !/^rediss?:\/\/./.test(store.url!)) {
-    problems.push({ path: 'store.url', message: 'store.kind redis needs a redis:// or rediss:// URL', line: lineOf(['store', 'url']) })
-  } else if (store.kind === 'postgres' && !/^postgres(ql)?:\/\/./.test(store.url!)) {
-    problems.push({ path: 'store.url', message: 'store.kind postgres needs a postgres:// or postgresql:// URL', line: lineOf(['store', 'url']) })
-  }
-  if (problems.length) throw new ConfigError(file, problems)
   if (!isAbsolute(store.path)) store.path = resolve(dirname(resolve(file)), store.path)
   return config
 }

@@ -17,7 +17,7 @@ const duration = (fallback: string, max = Number.MAX_SAFE_INTEGER) =>
       return z.NEVER
     }
     if (ms < 1 || ms > max) {
-      ctx.addIssue({ code: 'custom', message: `${s} is out of range (1ms to ${max / HOUR >= 1 ? `${max / HOUR}h` : `${max}ms`})` })
+      ctx.addIssue({ code: 'custom', message: max === Number.MAX_SAFE_INTEGER ? `${s} is out of range (at least 1ms)` : `${s} is out of range (1ms to ${max / HOUR >= 1 ? `${max / HOUR}h` : `${max}ms`})` })
       return z.NEVER
     }
     return ms
@@ -74,6 +74,11 @@ const idempotency = z.strictObject({
   inFlight: z.enum(['reject', 'wait']).default('reject'),
   unknownOutcome: z.enum(['reject', 'retry']).default('reject'),
   maxResponseBytes: size('1MiB'),
+  /**
+   * upstream statuses that mean "nothing happened, try again": the claim is released and the
+   * response not stored (contract §4's default); a 2xx never qualifies
+   */
+  releaseStatuses: z.array(z.number().int().min(400, 'must be a 4xx or 5xx status: a 1xx-3xx response means the request was handled, so releasing its key would let a retry apply it twice').max(599, 'must be an HTTP status, 400 to 599')).default([429, 502, 503, 504]),
 })
 
 const route = z.strictObject({
@@ -99,6 +104,8 @@ export const configSchema = z.strictObject({
   admin: z.strictObject({
     listen: listen('127.0.0.1:9464'),
     token: z.string().optional().transform((t) => (t ? t : undefined)),
+    /** needed by the admin write actions (POST /resolve, POST /store/accept-loss); without it they answer 403 */
+    writeToken: z.string().optional().transform((t) => (t ? t : undefined)),
   }).prefault({}),
   store: z.strictObject({
     kind: z.enum(['memory', 'sqlite', 'redis', 'postgres']).default('sqlite'),
@@ -119,6 +126,23 @@ export const configSchema = z.strictObject({
     pool: z.number().int().min(1).max(1000).default(10),
     /** postgres: the server cancels a statement running longer than this */
     statementTimeout: duration('5s', HOUR),
+    /** redis: `url` lists seed nodes of a Redis Cluster (comma-separated redis:// URLs) */
+    cluster: z.boolean().default(false),
+    /** redis: replicas that must acknowledge a write (WAIT) before the request relies on it; fewer: 503 */
+    replicas: z.number().int('must be a whole number').min(0, 'must be 0 or more').max(64, 'must be at most 64').default(0),
+    /** redis: how long WAIT waits for `replicas`; default: a quarter of `timeout` */
+    replicasTimeout: optionalDuration(HOUR),
+  }).superRefine((s, ctx) => {
+    if (s.cluster && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['cluster'], message: `only with store.kind redis (a Redis Cluster's seed nodes in store.url), not ${s.kind}` })
+    if (s.replicas > 0 && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['replicas'], message: `only with store.kind redis (WAIT for Redis replicas), not ${s.kind}` })
+    if (s.kind === 'redis' && s.url !== undefined) {
+      const urls = s.url.split(',').map((u) => u.trim())
+      if (urls.length > 1 && !s.cluster) ctx.addIssue({ code: 'custom', path: ['url'], message: 'lists several nodes: set store.cluster: true for a Redis Cluster, or give one URL' })
+      else if (urls.length > 1 && urls.some((u) => !/^rediss?:\/\/[^,\s]+$/.test(u))) ctx.addIssue({ code: 'custom', path: ['url'], message: 'every seed node must be a redis:// or rediss:// URL, comma-separated' })
+    }
+    if (s.replicasTimeout !== undefined && s.replicasTimeout >= s.timeout) {
+      ctx.addIssue({ code: 'custom', path: ['replicasTimeout'], message: `must be shorter than store.timeout (${s.timeout} ms): the write and its WAIT must answer within store.timeout, else the request fails as a timeout` })
+    }
   }).prefault({}),
   /** the attempt log (contract §8) */
   audit: z.strictObject({

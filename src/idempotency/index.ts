@@ -16,7 +16,7 @@ import { Problem } from '../problems.js'
 import { flat, VIA } from '../forward/headers.js'
 import { LeaseKeeper } from './lease.js'
 
-/** Upstream statuses that mean "not done, try again": the claim is released, not stored. */
+/** The default of `idempotency.releaseStatuses`: upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
 
 /** A claim's result other than `claimed`, as the client gets it. */
@@ -98,7 +98,7 @@ export class Records {
   exchange(f: RequestFacts, key: RecordKey, claimId: string): Exchange & { end(): void } {
     const store = this.#store
     const log = this.#log
-    const { ttl, maxResponseBytes } = this.#cfg
+    const { ttl, maxResponseBytes, releaseStatuses } = this.#cfg
     const name = this.#route.name
     const kept = this.#leases.keep(key, claimId, Date.now())
     return {
@@ -107,7 +107,7 @@ export class Records {
       onResponse: async (res) => {
         kept.stop() // the record leaves in_flight now
         try {
-          if (RELEASE_STATUSES.has(res.status)) {
+          if (releaseStatuses.has(res.status)) { // idempotency.releaseStatuses (default RELEASE_STATUSES)
             this.count(f, 'released')
             await store.release(key, claimId)
           } else if (res.body === undefined) {

@@ -26,7 +26,12 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
     case 'sqlite':
       return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs })
     case 'redis':
-      return RedisStore.open({ url: config.url!, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs })
+      return RedisStore.open({
+        url: config.url!, cluster: config.cluster, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs,
+        replicas: config.replicas, replicasTimeoutMs: config.replicasTimeout ?? Math.max(1, Math.floor(config.timeout / 4)),
+        // what a cluster client may leave running after the gateway gave up on a call
+        commandTimeoutMs: 2 * config.timeout,
+      })
     case 'postgres':
       return PostgresStore.open({
         auditRetentionMs,

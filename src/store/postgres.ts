@@ -71,6 +71,8 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_audit_v1 (
   status integer, upstream_status integer, duration_ms double precision, trace_id text, resolution text
 );
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS request_id text;
+ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS reason text;
+ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS actor text;
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON ${s}.fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON ${s}.fg_audit_v1 (route, key_hash, time);
 
@@ -429,9 +431,9 @@ export class PostgresStore implements Store {
     try {
       const { rows } = await store.#pool.query(`SELECT value FROM ${store.#s}.fg_meta_v1 WHERE name = 'epoch'`)
       store.epoch = rows[0]?.value ?? ''
-      // the newest piece of the schema: the attempt log's request_id column
+      // the newest piece of the schema: the attempt log's actor column (operators' who/why)
       const { rows: fns } = await store.#pool.query(`SELECT to_regproc($1) IS NOT NULL AND EXISTS (SELECT 1 FROM information_schema.columns
-        WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'request_id') AS ok`, [`${store.#s}.fg_admit_many_v1`, options.schema ?? 'public'])
+        WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'actor') AS ok`, [`${store.#s}.fg_admit_many_v1`, options.schema ?? 'public'])
       if (!fns[0].ok) {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')

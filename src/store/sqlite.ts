@@ -85,7 +85,8 @@ CREATE TABLE IF NOT EXISTS fg_audit_v1 (
   time INTEGER NOT NULL, kind TEXT NOT NULL, replica TEXT NOT NULL, route TEXT NOT NULL, method TEXT,
   resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
   abandoned INTEGER NOT NULL DEFAULT 0, duplicate INTEGER NOT NULL DEFAULT 0, overtaken INTEGER NOT NULL DEFAULT 0,
-  status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT, request_id TEXT
+  status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT, request_id TEXT,
+  reason TEXT, actor TEXT
 );
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON fg_audit_v1 (route, key_hash, time);
@@ -172,10 +173,9 @@ export class SqliteStore implements Store {
       this.#db.pragma('journal_mode = WAL')
       this.#db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
       this.#db.exec(SCHEMA)
-      // a file made before the attempt log kept request ids
-      if (!(this.#db.pragma('table_info(fg_audit_v1)') as { name: string }[]).some((c) => c.name === 'request_id')) {
-        this.#db.exec('ALTER TABLE fg_audit_v1 ADD COLUMN request_id TEXT')
-      }
+      // a file made before the attempt log kept request ids, or operators' reasons
+      const columns = new Set((this.#db.pragma('table_info(fg_audit_v1)') as { name: string }[]).map((c) => c.name))
+      for (const c of ['request_id', 'reason', 'actor']) if (!columns.has(c)) this.#db.exec(`ALTER TABLE fg_audit_v1 ADD COLUMN ${c} TEXT`)
       this.#db.prepare('INSERT OR IGNORE INTO fg_meta_v1 (name, value) VALUES (?, ?)').run('epoch', randomUUID())
       this.epoch = (this.#db.prepare("SELECT value FROM fg_meta_v1 WHERE name = 'epoch'").get() as { value: string }).value
       this.#path = path

@@ -17,6 +17,8 @@ export class StateWatch {
   /** true while a loss is detected and not yet accepted (fail-closed) */
   lost = false
   #known: string | undefined
+  /** true once the store answered: `#known` holds the epoch of the first answer */
+  #started = false
   #timer?: NodeJS.Timeout
 
   constructor(
@@ -26,12 +28,15 @@ export class StateWatch {
     private readonly log: Logger,
   ) {}
 
-  /** Reads the epoch the gateway starts with; polls every `intervalMs` after that. */
+  /**
+   * Reads the epoch the gateway starts with, and polls every `intervalMs` after that. A store
+   * that does not answer yet (down at start-up) is not an error: its first answer sets the epoch.
+   */
   async start(intervalMs = 1000): Promise<void> {
-    this.#known = (await this.store.markers()).epoch
     this.metrics.storeStateLost.set({ store: this.store.kind }, 0)
     this.#timer = setInterval(() => { this.check().catch(() => { /* store down: counted by the guard */ }) }, intervalMs)
     this.#timer.unref()
+    await this.check().catch(() => { /* not reachable yet: the poll reads the epoch once it answers */ })
   }
 
   stop(): void {
@@ -41,6 +46,12 @@ export class StateWatch {
   /** Compares the store's markers with the epoch this gateway knows; rejects when the store cannot answer. */
   async check(): Promise<void> {
     const { epoch, accepted } = await this.store.markers()
+    if (!this.#started) {
+      // the first answer since start-up: the epoch this gateway knows from now on
+      this.#started = true
+      this.#known = epoch
+      return
+    }
     if (epoch !== undefined && epoch === this.#known) return
     if (epoch !== undefined && accepted === epoch) {
       // an operator accepted the loss: carry on with the store as it is now

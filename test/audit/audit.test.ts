@@ -16,6 +16,8 @@ import { metric, metrics, post, send } from '../helpers/http.js'
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const TOKEN = 'audit-secret'
 const auth = { authorization: `Bearer ${TOKEN}` }
+const WRITE_TOKEN = 'audit-write-secret'
+const writeAuth = { authorization: `Bearer ${WRITE_TOKEN}` }
 
 const cleanups: (() => Promise<void> | void)[] = []
 afterEach(async () => {
@@ -31,6 +33,7 @@ async function setup(store: string, routes: string, extra = ''): Promise<{ gw: T
   const text = `admin:
   listen: 127.0.0.1:0
   token: ${TOKEN}
+  writeToken: ${WRITE_TOKEN}
 store:
 ${store.replaceAll('@DIR@', dir)}
 ${extra}routes:
@@ -247,7 +250,7 @@ describe('resolving an unknown outcome', () => {
     expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 0, unresolved: 1 })
 
     // the operator checked the upstream and found nothing applied: failed
-    const r = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed')
+    const r = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed', '--reason', 'upstream has no charge for this key')
     expect(r.stderr).toBe('')
     expect(r.status).toBe(0)
     expect(r.stdout).toMatch(/outcome was unknown \(timeout\); resolved as failed: released/)
@@ -261,7 +264,10 @@ describe('resolving an unknown outcome', () => {
     // this time the operator finds it applied: completed, over the admin API
     const noToken = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed' }) })
     expect(noToken.status).toBe(401)
-    const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed' }) })
+    // the read token does not allow writes (403); the write token does
+    const readToken = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed' }) })
+    expect(readToken.status).toBe(403)
+    const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...writeAuth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed', reason: 'ledger shows charge ch_42' }) })
     expect(done.status).toBe(200)
     expect(done.json()).toMatchObject({ route: 'ledger', resolution: 'completed', previousReason: 'timeout', keyHash: expect.stringMatching(/^[0-9a-f]{64}$/) })
     const after = await post(url, { amount: 5 }, key)
@@ -270,12 +276,19 @@ describe('resolving an unknown outcome', () => {
     expect(up.count('/ledger/apply-then-hang')).toBe(2)
     report = await until(() => auditJson(file), (x) => x.routes[0].attempts === 4)
     expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 2, unresolved: 0 })
+    // who and why (issue 15 §1): in the report, JSON and text
+    expect(report.operatorActions).toEqual([
+      expect.objectContaining({ kind: 'resolve', route: 'ledger', resolution: 'failed', reason: 'upstream has no charge for this key', by: expect.stringMatching(/^cli:.+@/) }),
+      expect.objectContaining({ kind: 'resolve', route: 'ledger', resolution: 'completed', reason: 'ledger shows charge ch_42', by: expect.stringMatching(/^admin-api:127\.0\.0\.1/) }),
+    ])
+    const text = cli('audit', '--config', file)
+    expect(text.stdout).toMatch(/operator actions\n.*resolved as failed  by cli:.*reason: upstream has no charge for this key/)
 
     // nothing left to resolve: said so, exit 1; a key never used: 404 on the admin API
     const again = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed')
     expect(again.status).toBe(1)
     expect(again.stderr).toMatch(/Only an unknown outcome can be resolved/)
-    const missing = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'never', as: 'failed' }) })
+    const missing = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...writeAuth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'never', as: 'failed' }) })
     expect(missing.status).toBe(404)
     expect(missing.json().type).toBe('urn:fencegate:problem:record-not-found')
     const badAs = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'maybe')

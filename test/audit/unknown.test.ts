@@ -69,6 +69,7 @@ for (const [kind, storeBlock] of Object.entries(stores)) {
       cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
       const text = `admin:
   listen: 127.0.0.1:0
+  writeToken: unknown-write
 store:
 ${(await storeBlock()).replaceAll('@DIR@', dir)}
 routes:
@@ -130,7 +131,7 @@ routes:
 
       // completed: the effect happened; later attempts get 409 response-not-stored, not forwarded
       const second = listed.find((u) => u.resource === 'account:acct-2')!
-      const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ route: 'payments', keyHash: second.keyHash, as: 'completed' }) })
+      const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { authorization: 'Bearer unknown-write', 'content-type': 'application/json' }, body: JSON.stringify({ route: 'payments', keyHash: second.keyHash, as: 'completed' }) })
       expect(done.status).toBe(200)
       const after = await send1('acct-2', 'charge-2')
       expect(after.status).toBe(409)
