@@ -40,9 +40,13 @@ export class Records {
     this.#leases = new LeaseKeeper(store, this.#cfg.lease, log, route.name)
   }
 
+  readonly #counted = new Map<IdempotencyResult, { inc(): void }>()
+
   /** Counts a result (contract §6 `fencegate_idempotency_total`) and notes it on the request. */
   count(f: RequestFacts, result: IdempotencyResult): void {
-    this.#metrics.idempotency.inc({ route: this.#route.name, result })
+    let c = this.#counted.get(result)
+    if (c === undefined) this.#counted.set(result, c = this.#metrics.idempotency.labels(this.#route.name, result))
+    c.inc()
     f.result = result
   }
 
