@@ -14,6 +14,7 @@
  * requests (not counted) come first. REQUESTS defaults to 1000 (about a minute under valgrind).
  * BENCH_ROUTE picks the route's checks: `both` (default), `fencing`, `idempotency`, or `plain` (neither:
  * the request body is streamed, nothing stored); the requests carry only the headers it checks.
+ * BENCH_SERIALIZE sets the fenced route's `fencing.serialize` (`true` or `store`; default off).
  *
  * Needs valgrind (Debian: `apt-get install valgrind`).
  */
@@ -59,7 +60,9 @@ await runMain('instructions', async () => {
     const cli = target === 'memory' || target === 'sqlite' ? join(HERE, '../src/cli.js') : resolve(target, 'src/cli.js')
     const store = target === 'sqlite' ? `  kind: sqlite\n  path: ${join(tmp(), 'store.db')}` : '  kind: memory'
     const adminPort = await freePort()
-    const config = writeGatewayConfig('instructions', store, upstream.url, { port, adminPort }, benchRoute('bench', 'accounts', upstream.url, checks))
+    let route = benchRoute('bench', 'accounts', upstream.url, checks)
+    if (process.env.BENCH_SERIALIZE) route = route.replace('      resource: "account:{param.account}"\n', `$&      serialize: ${process.env.BENCH_SERIALIZE}\n`)
+    const config = writeGatewayConfig('instructions', store, upstream.url, { port, adminPort }, route)
     args = [cli, '--config', config]
     ready = (child) => waitHttp(`http://127.0.0.1:${adminPort}/readyz`, child, 200, 180_000)
   }
@@ -83,5 +86,6 @@ await runMain('instructions', async () => {
   const text = readFileSync(join(dir, dumps[0]), 'utf8')
   const total = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1])
   if (!Number.isFinite(total)) throw new BenchError(`no instruction total in ${dumps[0]}`)
-  process.stdout.write(`${target} (${ROUTE}): ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
+  const serialize = process.env.BENCH_SERIALIZE ? `, serialize: ${process.env.BENCH_SERIALIZE}` : ''
+  process.stdout.write(`${target} (${ROUTE}${serialize}): ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
 })

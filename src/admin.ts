@@ -17,7 +17,9 @@ import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
 import { acceptStoreLoss, resolveKey, type ResolveRequest } from './audit/resolve.js'
 import { listUnknown } from './audit/unknown.js'
 import { buildTimeline } from './audit/timeline.js'
+import { buildLeases } from './audit/leases.js'
 import { storeProblem } from './store/problem.js'
+import { claimSentences, type DoctorReport } from './store/doctor.js'
 import type { StateWatch } from './store/state.js'
 
 export interface AdminOptions {
@@ -32,6 +34,8 @@ export interface AdminOptions {
   config?: Config
   /** checked on every /readyz: a store that lost its state is not ready (contract §3) */
   watch?: StateWatch
+  /** the store's real settings (fencegate doctor), for the claims of `GET /audit` */
+  storeSettings?: () => Promise<DoctorReport | undefined>
 }
 
 /** Whether a listen host is loopback only (127.0.0.0/8, ::1, localhost). */
@@ -85,7 +89,7 @@ function adminActor(env: unknown, by: unknown): string {
   return `admin-api:${peer.startsWith('::ffff:') ? peer.slice(7) : peer}${name ? ` (${name})` : ''}`
 }
 
-export function createAdmin({ token, writeToken = undefined, store, metrics, accepting, config, watch }: AdminOptions): Hono {
+export function createAdmin({ token, writeToken = undefined, store, metrics, accepting, config, watch, storeSettings }: AdminOptions): Hono {
   writeToken ??= config?.admin.writeToken
   const app = new Hono()
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
@@ -155,7 +159,8 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       if (route !== undefined && !config.routes.some((r) => r.name === route)) {
         throw new Problem('bad-request', `No route named ${JSON.stringify(route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
       }
-      return c.json(await buildReport(config, store.audit, since, now, route))
+      const settings = await storeSettings?.().catch(() => undefined)
+      return c.json(await buildReport(config, store.audit, since, now, route, settings && claimSentences(settings)))
     })
     // contract §8: one key's or resource's attempts, oldest first
     app.get('/audit/timeline', async (c) => {
@@ -164,6 +169,14 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       const since = sinceText === undefined ? now - config.audit.retention : parseSince(sinceText, now)
       if (since === undefined) throw new Problem('bad-request', `since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(sinceText)}.`)
       return c.json(await buildTimeline(config, store.audit, { route: c.req.query('route'), keyHash: c.req.query('keyHash'), key: c.req.query('key'), scope: c.req.query('scope'), resource: c.req.query('resource'), since }))
+    })
+    // contract §8: effect durations, stale writers' lateness and lease advice per fenced route
+    app.get('/leases', async (c) => {
+      const now = Date.now()
+      const sinceText = c.req.query('since') ?? DEFAULT_SINCE
+      const since = parseSince(sinceText, now)
+      if (since === undefined) throw new Problem('bad-request', `since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(sinceText)}.`)
+      return c.json(await buildLeases(config, store.audit, since, now, c.req.query('route')))
     })
     // contract §8: the records now in the unknown state, to be settled with POST /resolve {keyHash}
     app.get('/unknown', async (c) => {
@@ -174,6 +187,6 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       return c.json(await listUnknown(config, store, Date.now(), route))
     })
   }
-  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /audit/timeline, /unknown, POST /resolve' : ''}, POST /store/accept-loss.`).toResponse())
+  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /audit/timeline, /leases, /unknown, POST /resolve' : ''}, POST /store/accept-loss.`).toResponse())
   return app
 }

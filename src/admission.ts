@@ -16,7 +16,8 @@
  *
  * Around it, the request is registered in this process's fencing in-flight tracker
  * (src/fencing/inflight.ts) until it ends, for `fencegate_fencing_overtaken_total` and
- * `fencing.serialize`.
+ * `fencing.serialize: true`; with `serialize: store` it is also registered in the store after
+ * its fence, and waits there for older tokens of every gateway (src/fencing/window.ts).
  */
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -33,6 +34,8 @@ import { tooLarge } from './body.js'
 import { requestTemplateSource } from './template-source.js'
 import { fenceReader } from './fencing/read.js'
 import type { InFlight, ResourceFlights } from './fencing/inflight.js'
+import { storeWindow, type Ticket, type WindowTimes } from './fencing/window.js'
+import type { OlderWrites } from './store/types.js'
 import { claimReader, type ClaimInput } from './idempotency/read.js'
 import { Records, replay } from './idempotency/index.js'
 
@@ -63,17 +66,34 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   const waitForInFlight = route.config.idempotency?.inFlight === 'wait'
   const maxBody = route.config.maxRequestBytes
   const count = inFlight.route(name)
+  // `fencing.serialize: store`: the wait across every gateway sharing the store (src/fencing/window.ts)
+  const shared = serialize === 'store' ? storeWindow(store, log) : undefined
+  const windowTimes: WindowTimes = { serializeWait, upstreamTimeout, lease, waitForInFlight }
 
   const reject = (reason: 'stale' | 'missing' | 'malformed', p: Problem): never => {
     metrics.fencingRejections.inc({ route: name, reason })
     throw p
   }
-  const stale = (f: RequestFacts, highest: bigint): never => {
+  /**
+   * The 412. `since`: when the store first accepted `highest` (unknown for a mark from before it
+   * was kept); `at`: when this request was checked. Their difference is how late the stale writer
+   * came (`supersededForMs`, fencegate_fencing_stale_lateness_seconds, the attempt entry's lateMs).
+   */
+  const stale = (f: RequestFacts, highest: bigint, since?: number, at = Date.now()): never => {
     f.highest = highest
-    return reject('stale', new Problem('stale-fencing-token', `Fencing token ${f.token} is older than ${highest}, the highest accepted for this resource: a newer lease holder has written since.`, {
-      resource: f.resource!, token: String(f.token), highestToken: String(highest),
-    }))
+    const extra: Record<string, string | number> = { resource: f.resource!, token: String(f.token), highestToken: String(highest) }
+    let when = ''
+    if (since !== undefined) {
+      const late = Math.max(0, at - since)
+      f.lateMs = late
+      extra.supersededForMs = late
+      metrics.staleLateness.observe({ route: name }, late / 1000)
+      when = ` (token ${highest} took over ${late >= 1000 ? `${(late / 1000).toFixed(1)} s` : `${late} ms`} before this request)`
+    }
+    return reject('stale', new Problem('stale-fencing-token', `Fencing token ${f.token} is older than ${highest}, the highest accepted for this resource: a newer lease holder has written since${when}.`, extra))
   }
+  /** a check-and-set that raised the mark: a new lease generation of the resource began */
+  const generation = () => metrics.fencingGenerations.inc({ route: name })
 
   /**
    * Claims the key (with the fencing check when `fence` is given: one `admit` call) and acts on
@@ -91,8 +111,10 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       let result: ClaimResult
       if (fence) {
         const check = fence
-        const admitted = await ask(() => store.admit(check, claim.recordKey, req, Date.now()))
-        if (!admitted.fence.accepted) stale(f, admitted.fence.highest)
+        const now = Date.now()
+        const admitted = await ask(() => store.admit(check, claim.recordKey, req, now))
+        if (!admitted.fence.accepted) stale(f, admitted.fence.highest, admitted.fence.since, now)
+        if (admitted.fence.raised) generation()
         f.highest = admitted.fence.highest
         fence = undefined // checked: a wait for an in-flight key claims alone
         result = admitted.claim!
@@ -142,11 +164,12 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
     count.n++
     const started = Date.now()
     let held = false
+    let ticket: Ticket | undefined
     try {
       if (claim && 'refused' in claim) {
         // 2 before 3, without raising the mark: the mark is read, not written
-        const highest = await ask(() => store.highest(resource))
-        if (highest !== undefined && token < highest) stale(f, highest)
+        const mark = await ask(() => store.mark(resource))
+        if (mark !== undefined && token < mark.highest) stale(f, mark.highest, mark.since)
         throw claim.refused
       }
       c.set('flights', flights)
@@ -154,10 +177,19 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       if (claim && !serialize) {
         answered = await claimAndGo(c, f, claim, fence, next)
       } else {
-        const checked = await ask(() => store.fence(resource, token))
-        if (!checked.accepted) stale(f, checked.highest)
+        const now = Date.now()
+        const checked = await ask(() => store.fence(resource, token, now))
+        if (!checked.accepted) stale(f, checked.highest, checked.since, now)
+        if (checked.raised) generation()
         f.highest = checked.highest
-        if (serialize) await waitForOlder(c, f, flights)
+        if (shared) {
+          const entered = await enterWindow(f, claim !== undefined, started)
+          ticket = entered.ticket
+          c.set('flights', shared.flights(ticket, flights))
+          await waitInWindow(c, f, flights, ticket, entered.older)
+        } else if (serialize) {
+          await waitForOlder(c, f, flights)
+        }
         answered = claim ? await claimAndGo(c, f, claim, undefined, next) : await next()
       }
       if (f.sent && flights.sent > token) {
@@ -171,6 +203,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
         // an unknown outcome holds the resource for the idempotency lease (from the request's
         // start) when the request had a record, else for one more upstream timeout after it ended
         const until = f.keyHash !== undefined && lease !== undefined ? started + lease : Date.now() + upstreamTimeout
+        if (ticket) ticket.holdUntil = until
         if (until > Date.now()) {
           held = true
           inFlight.hold(flights, token, until, () => { count.n-- })
@@ -178,6 +211,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       }
       return answered
     } finally {
+      if (ticket) await shared!.leave(ticket)
       if (!held) {
         count.n--
         inFlight.leave(flights, token)
@@ -198,6 +232,38 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       throw new Problem('serialize-timeout', 'The client closed the connection while the request waited for older fencing tokens; it was not forwarded.', { token: String(token) })
     }
     // cannot happen while every route sharing the resource serializes; refused if it does
+    if (flights.sent > token) stale(f, flights.sent)
+  }
+
+  /**
+   * `fencing.serialize: store`, R: registers the request in the store (after its fence accepted
+   * it). A mark raised past the token between the fence and the registration is a 412: a newer
+   * token may already have been sent, and this request would land after it.
+   */
+  async function enterWindow(f: RequestFacts, recorded: boolean, started: number): Promise<{ ticket: Ticket; older: OlderWrites }> {
+    const resource = f.resource!
+    const token = f.token!
+    const entered = await ask(() => shared!.register(resource, token, windowTimes, recorded, started))
+    if ('ticket' in entered) return entered
+    const now = Date.now()
+    const mark = await ask(() => store.mark(resource))
+    return stale(f, mark !== undefined && mark.highest > token ? mark.highest : entered.highest, mark?.since, now)
+  }
+
+  /** `fencing.serialize: store`, Q*: waits until no older token of the resource is registered in the store, by any gateway. */
+  async function waitInWindow(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceFlights, ticket: Ticket, first: OlderWrites): Promise<void> {
+    const token = f.token!
+    const socket = c.env.incoming.socket
+    const waited = await ask(() => shared!.waitForOlder(ticket, first, serializeWait, () => socket.destroyed))
+    if (waited.kind === 'timeout') {
+      // when the older registrations expire at the latest, but never more than one more wait
+      const retry = Math.max(1, Math.ceil(Math.min(waited.until - Date.now(), serializeWait) / 1000))
+      throw new Problem('serialize-timeout', `An older fencing token's request for this resource was still registered in the store (in flight through some gateway, or its outcome unknown) after ${serializeWait} ms; this request was not forwarded, so that a newer write never reaches the upstream before an older one. Retry later.`, { token: String(token) }, { 'retry-after': String(retry) })
+    }
+    if (waited.kind === 'gone' || socket.destroyed) {
+      f.code = 499
+      throw new Problem('serialize-timeout', 'The client closed the connection while the request waited for older fencing tokens; it was not forwarded.', { token: String(token) })
+    }
     if (flights.sent > token) stale(f, flights.sent)
   }
 }

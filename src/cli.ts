@@ -23,7 +23,8 @@ import { startPrimary, startWorker, workersRefusal } from './cluster.js'
 import { migrateStore, openStore } from './store/index.js'
 import { createLogger } from './log.js'
 import { VERSION } from './version.js'
-import { acceptLossCommand, auditCommand, resolveCommand, unknownCommand, type CommandResult } from './audit/cli.js'
+import { acceptLossCommand, auditCommand, leasesCommand, resolveCommand, unknownCommand, type CommandResult } from './audit/cli.js'
+import { doctorCommand, RiskRefused } from './store/doctor.js'
 import { didYouMean } from './suggest.js'
 
 type Options = NonNullable<ParseArgsConfig['options']>
@@ -128,6 +129,36 @@ const COMMANDS: Record<string, Command> = {
     usage: ['fencegate unknown [--config PATH] [--route NAME] [--json]'],
     flags: ['config', 'route', 'json'],
     details: [CONFIG_LINE, '--route NAME        only this route', JSON_LINE],
+  },
+  leases: {
+    summary: 'effect durations, stale writers\' lateness and lease advice per fenced route',
+    usage: ['fencegate leases [--config PATH] [--since 24h] [--route NAME] [--json]'],
+    flags: ['config', 'since', 'route', 'json'],
+    details: [
+      CONFIG_LINE,
+      '--since D           a duration back from now (30m, 24h, 7d) or an RFC 3339 time (default 24h)',
+      '--route NAME        only this route',
+      JSON_LINE,
+      '',
+      'From the attempt log: how long the upstream took to apply each fenced write (p50, p99, p99.9, max),',
+      'how often leases changed hands, how late each stale write came after its successor took over, and',
+      'a minimum lease and renewal interval with the numbers behind them (README, "Sizing leases").',
+    ],
+  },
+  doctor: {
+    summary: 'the store\'s real durability settings and what they mean for the guarantees',
+    usage: ['fencegate doctor [--config PATH] [--json]'],
+    flags: ['config', 'json'],
+    details: [
+      CONFIG_LINE,
+      JSON_LINE,
+      '',
+      'Reads the settings from the store itself (redis: appendonly, appendfsync, save, maxmemory-policy,',
+      'role and replicas, cluster; postgres: synchronous_commit, fsync, synchronous standbys, standby or',
+      'primary; sqlite: journal_mode, synchronous, the filesystem) and prints each as ok or risk, with its',
+      'consequence. Exit 1 when the store cannot be read, or when a risk store.acceptRisks does not name',
+      'would stop the gateway from starting (an evicting maxmemory-policy).',
+    ],
   },
   'store accept-loss': {
     summary: 'accept that the store lost its state; gateways serve again',
@@ -315,6 +346,17 @@ async function main(argv: string[]): Promise<void> {
     case 'audit': return done(await auditCommand(config, values))
     case 'resolve': return done(await resolveCommand(config, values))
     case 'unknown': return done(await unknownCommand(config, values))
+    case 'leases': return done(await leasesCommand(config, values))
+    case 'doctor': {
+      const r = await doctorCommand(config, values)
+      if (r.stdout) process.stdout.write(r.stdout)
+      if (r.code === 0) return
+      // the report is out: a refusal says why on stderr (in --json the report's "refused" does)
+      if (!r.stdout) throw new Exit(r.code, 'runtime', r.stderr ?? [])
+      if (!values.json) for (const l of r.stderr ?? []) process.stderr.write(`${l}\n`)
+      process.exitCode = r.code
+      return
+    }
     case 'store accept-loss': return done(await acceptLossCommand(config, values))
     case 'migrate': {
       try {
@@ -357,9 +399,12 @@ async function start(config: Config, file: string, values: Values): Promise<void
     }
   }
   try {
-    running = await (cluster.isWorker ? startWorker(config, log, file) : workers > 1 ? startPrimary(config, workers, log, file) : startGateway(config, log, { configFile: file }))
+    // a store that answers only after start-up and then refuses: the gateway has closed itself
+    const onRefused = () => { sample?.close().finally(() => process.exit(2)) }
+    running = await (cluster.isWorker ? startWorker(config, log, file) : workers > 1 ? startPrimary(config, workers, log, file) : startGateway(config, log, { configFile: file, onRefused }))
   } catch (e) {
     await sample?.close()
+    if (e instanceof RiskRefused) throw new Exit(2, 'config', [formatProblem(file, { path: 'store', message: `the ${config.store.kind} store's own settings break a guarantee outright, so the gateway does not start: ${e.message} (fencegate doctor --config ${file} lists every finding)` })])
     // memory and sqlite: a store that cannot be opened is a path or setting in the config
     if (e instanceof StoreError) throw new Exit(2, 'config', [formatProblem(file, { path: config.store.kind === 'sqlite' ? 'store.path' : 'store', message: `the ${config.store.kind} store cannot be opened: ${e.message}` })])
     const err = e as NodeJS.ErrnoException

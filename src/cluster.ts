@@ -26,6 +26,7 @@ import { StateWatch } from './store/state.js'
 import { createAdmin, exposedAdmin } from './admin.js'
 import { guardStore } from './store/index.js'
 import { openForGateway } from './store/late.js'
+import { checkAtStart } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
@@ -65,6 +66,8 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
   const metrics = createMetrics(VERSION)
   log.setLevel?.(config.log.level)
   const { store: raw } = await openForGateway(config, log)
+  // the store's settings are checked here, once, before any worker starts (they do not check)
+  await checkAtStart(config, log, raw).catch(async (e) => { await raw.close().catch(() => {}); throw e })
   const store = guardStore(raw, metrics, config.store.timeout, log)
   let accepting = true
   let admin: Server | undefined

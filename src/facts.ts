@@ -42,4 +42,8 @@ export interface RequestFacts {
   /** forwarded again after an unknown outcome (unknownOutcome: retry) */
   duplicate?: boolean
   upstreamStatus?: number
+  /** ms from sending upstream to its response headers (the effect's duration), when it answered */
+  upstreamMs?: number
+  /** a stale write: ms since the token that superseded it was first accepted (`supersededForMs`) */
+  lateMs?: number
 }

@@ -130,7 +130,7 @@ function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming'
   return {
     requestId: e.requestId, traceId: e.traceId, route: e.route, method: e.method, path: q < 0 ? url : url.slice(0, q), status: e.status,
     outcome: e.outcome, durationMs: e.durationMs, resource: e.resource, token: e.token, keyHash: e.keyHash,
-    result: e.result, unknown: e.unknown, upstreamStatus: e.upstreamStatus,
+    result: e.result, unknown: e.unknown, upstreamStatus: e.upstreamStatus, upstreamMs: e.upstreamMs, lateMs: e.lateMs,
     duplicate: e.duplicate, overtaken: e.overtaken, abandoned: e.abandoned,
     client: client?.startsWith('::ffff:') ? client.slice(7) : client,
   }

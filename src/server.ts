@@ -17,6 +17,7 @@ import { createGateway } from './gateway.js'
 import { createAdmin, exposedAdmin } from './admin.js'
 import { guardStore } from './store/index.js'
 import { openForGateway } from './store/late.js'
+import { checkAtStart, RiskRefused, settingsReader, type DoctorReport } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { StateWatch } from './store/state.js'
 import { tooLarge } from './body.js'
@@ -66,6 +67,11 @@ export interface StartOptions {
   admin?: boolean
   /** the file `reload()` reads again */
   configFile?: string
+  /**
+   * called after the gateway closed itself because a store that answered only after start-up
+   * turned out to have a setting that refuses it (a blocking risk of `fencegate doctor`)
+   */
+  onRefused?: (e: RiskRefused) => void
 }
 
 /** One config's request handling: what a request is admitted by, and finishes under (./reload.ts). */
@@ -241,7 +247,20 @@ function refuseHopelessUploads(server: Server, current: () => Generation): void 
 export async function startGateway(config: Config, log: Logger = createLogger(), options: StartOptions = {}): Promise<Running> {
   const metrics = createMetrics(VERSION)
   log.setLevel?.(config.log.level)
-  const { store: raw } = await openForGateway(config, log)
+  const { store: raw, connected } = await openForGateway(config, log)
+  // the store's real settings: one log line, and no start on a risk store.acceptRisks does not
+  // name (a --workers worker leaves both to the primary)
+  const checksSettings = options.admin !== false
+  let settings: DoctorReport | undefined
+  if (checksSettings) {
+    try {
+      settings = await checkAtStart(config, log, raw)
+    } catch (e) {
+      await raw.close().catch(() => {})
+      throw e
+    }
+  }
+  const storeSettings = settingsReader(config.store, raw, settings)
   const store = guardStore(raw, metrics, config.store.timeout, log)
   await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
@@ -259,7 +278,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const retire = (g: Generation) => { closeUpstreams(g.pools).catch(() => {}) }
   const server = createProxyServer(config, () => current, retire)
   refuseHopelessUploads(server, () => current)
-  const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics, accepting: () => accepting, config: c, watch })
+  const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics, accepting: () => accepting, config: c, watch, storeSettings })
   let adminFetch = adminApp(config).fetch
   const admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
   let url: string, adminUrl = ''
@@ -313,5 +332,14 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     admin.closeAllConnections()
     await new Promise<void>((r) => admin.close(() => r()))
   })())
+  if (checksSettings && settings === undefined) {
+    // the store did not answer at start-up: its settings are read once it does
+    connected.then(() => checkAtStart(config, log, raw)).catch(async (e) => {
+      if (!(e instanceof RiskRefused)) return
+      log.error(`the store's settings refuse this gateway, which stops: ${e.message}`, { store: config.store.kind, refused: e.findings.map((f) => f.id).join(', ') })
+      await close()
+      options.onRefused?.(e)
+    })
+  }
   return { url, adminUrl, metrics, audit, close, reload }
 }

@@ -65,6 +65,7 @@ describe('check-config', () => {
     ['bad size', GOOD.replace('maxResponseBytes: 1MiB', 'maxResponseBytes: lots'), 'routes[0].idempotency.maxResponseBytes: "lots" is not a size'],
     ['bad serialize wait', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      serialize: true\n      serializeWait: soon'), 'routes[0].fencing.serializeWait: "soon" is not a duration'],
     ['serialize not a boolean', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      serialize: yes please'), 'routes[0].fencing.serialize'],
+    ['serialize neither a boolean nor store', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      serialize: sotre'), 'routes[0].fencing.serialize: must be false, true or store'],
     ['template naming a parameter the path lacks', GOOD.replace('{param.account}', '{param.acct}'), 'routes[0].fencing.resource: {param.acct} names no parameter'],
     ['template naming a header that cannot exist', GOOD.replace('{param.account}', '{header.X Tenant}'), 'routes[0].fencing.resource: {header.X Tenant} cannot exist'],
     ['template naming a hop-by-hop header', GOOD.replace('{param.account}', '{header.Connection}'), 'routes[0].fencing.resource: {header.Connection} names a hop-by-hop header'],

@@ -36,8 +36,8 @@ describe('dashboards/fencegate.json', () => {
     expect(JSON.stringify(dash)).not.toMatch(/"uid":\s*"(?!\$\{datasource\}|-- Grafana --|fencegate-overview)[^"]*"/)
   })
 
-  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency', () => {
-    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency'])
+  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency, leases', () => {
+    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency', 'Leases'])
   })
 
   test('panels do not overlap and fill whole rows of the 24-column grid', () => {
@@ -118,6 +118,24 @@ describe('dashboards/fencegate.json', () => {
     expect(lost.fieldConfig.defaults.mappings).toContainEqual(expect.objectContaining({ type: 'range', options: expect.objectContaining({ from: 1, result: expect.objectContaining({ text: 'LOST', color: 'red' }) }) }))
     expect(find('Dropped attempt-log entries').targets[0].expr).toContain('fencegate_audit_dropped_total')
     expect(find('Store errors').targets[0].expr).toContain('fencegate_store_errors_total')
+  })
+
+  test('leases: effect duration p50 / p99 / p99.9 of fenced routes beside the configured idempotency.lease, stale lateness, generations per hour', () => {
+    const row = inRow('Leases')
+    expect(row.map((p: any) => p.title)).toEqual(['Effect duration p50 / p99 / p99.9 vs idempotency.lease', 'Stale writers\' lateness p50 / p99', 'Generations per hour'])
+    const [effect, late, gens] = row
+    const exprs = effect.targets.map((t: any) => t.expr)
+    for (const q of ['0.5', '0.99', '0.999']) {
+      // the upstream's answer time, of the fenced routes only (those with a generations counter)
+      expect(exprs).toContainEqual(expect.stringMatching(new RegExp(`^histogram_quantile\\(${q.replace('.', '\\.')}, sum by \\(le, route\\) \\(rate\\(fencegate_upstream_duration_seconds_bucket\\{route=~"\\$route"\\}\\[\\$__rate_interval\\]\\)\\)\\) and on \\(route\\) group by \\(route\\) \\(fencegate_fencing_generations_total`)))
+    }
+    expect(exprs).toContain('max by (route) (fencegate_idempotency_lease_seconds{route=~"$route"})')
+    expect(effect.fieldConfig.defaults.unit).toBe('s')
+    expect(effect.fieldConfig.overrides[0].matcher.options).toBe('.*idempotency\\.lease')
+    expect(late.targets.map((t: any) => t.expr)).toEqual([0.5, 0.99].map((q) => `histogram_quantile(${q}, sum by (le, route) (rate(fencegate_fencing_stale_lateness_seconds_bucket{route=~"$route"}[$__rate_interval])))`))
+    expect(late.fieldConfig.defaults.unit).toBe('s')
+    expect(gens.targets[0].expr).toBe('sum by (route) (rate(fencegate_fencing_generations_total{route=~"$route"}[$__rate_interval])) * 3600')
+    for (const p of row) expect(p.description).toMatch(/fencegate leases|how often leases change hands/)
   })
 
   test('latency: request, upstream and store p50 and p99', () => {

@@ -215,6 +215,7 @@ describe('series from the start (contract §6)', () => {
     for (const reason of ['stale', 'missing', 'malformed']) zero('fencegate_fencing_rejections_total', { route: 'pay', reason })
     zero('fencegate_fencing_overtaken_total', { route: 'pay' })
     zero('fencegate_fencing_stale_lateness_seconds_count', { route: 'pay' })
+    zero('fencegate_fencing_generations_total', { route: 'pay' })
     zero('fencegate_requests_total', { route: 'pay', method: 'POST', code: '503', outcome: 'store_error' })
     zero('fencegate_requests_total', { route: 'pay', method: 'GET', code: '412', outcome: 'stale' })
     zero('fencegate_request_duration_seconds_count', { route: 'pay', outcome: 'store_error' })
@@ -242,6 +243,9 @@ describe('series from the start (contract §6)', () => {
     expect(fresh).toContain('# HELP fencegate_unknown_outcomes_unresolved ')
     expect(fresh).toContain('# TYPE fencegate_unknown_outcomes_unresolved gauge')
     expect(fresh).toContain('# TYPE fencegate_fencing_stale_lateness_seconds histogram')
+    // the configured lease, beside the effect durations on the dashboard
+    expect(sample(fresh, 'fencegate_idempotency_lease_seconds', { route: 'pay' })).toBe(30)
+    expect(sample(fresh, 'fencegate_idempotency_lease_seconds', { route: 'flaky' })).toBeUndefined()
   })
 
   test('after one duplicate forward and one unknown outcome on "pay", increase() counts each from the fresh start', async () => {

@@ -41,6 +41,10 @@ describe('examples/relay', () => {
       expect(bc).toMatchObject({ status: 201, replayed: true, generation: b })
       expect(bc!.body).toEqual(a1!.body)
       expect(a2).toMatchObject({ status: 412, generation: a, body: { type: 'urn:fencegate:problem:stale-fencing-token', token: String(a), highestToken: String(b) } })
+      // how late A came: measured from the store's record of when B's token was first accepted
+      const late = a2!.body.supersededForMs as number
+      expect(late).toBeGreaterThanOrEqual(0)
+      expect(a2!.body.detail).toContain(`token ${b} took over`)
 
       // the payments service applied exactly one charge: A's
       expect(result.ledger).toHaveLength(1)
@@ -51,6 +55,22 @@ describe('examples/relay', () => {
       expect(route).toMatchObject({ forwarded: 1, replayed: 1, keys: 1 })
       expect(route.stale).toBeGreaterThanOrEqual(1)
 
+      // fencegate leases: A's lateness, and a lease advised from the observed effect
+      const leases = result.leases.routes.find((r: { route: string }) => r.route === 'payments')
+      expect(leases.effects.count).toBe(1)
+      expect(leases.stale).toMatchObject({ count: 1, measured: 1, latenessMaxMs: late })
+      expect(leases.generations).toMatchObject({ resources: 1, total: 2, handovers: 1 })
+      expect(leases.advice.minimumLeaseMs).toBeGreaterThanOrEqual(1500)
+      expect(result.leasesText).toMatch(/advice {7}lease ≥ \S+, renew every \S+/)
+
+      // and last, the seed key's timeline from the attempt log: A forwarded, B replayed, A refused
+      expect(result.timeline.entries.map((e: { token: string; outcome: string; status: number }) => `${e.token} ${e.outcome} ${e.status}`))
+        .toEqual([`${a} forwarded 201`, `${b} replayed 201`, `${a} stale 412`])
+      expect(result.timeline.entries[2]).toMatchObject({ lateMs: late, highestToken: String(b) })
+      expect(result.timeline.entries[0].upstreamMs).toBeGreaterThan(0)
+      expect(result.timelineText).toMatch(new RegExp(`412  stale  token ${a}  refused \\d+ ms after token ${b} took over`))
+      expect(output.trimEnd().split('\n').slice(-6).join('\n')).toContain(`412  stale  token ${a}  refused`)
+
       // the report says so, and ends with the audit table
       expect(output).toContain('SIGSTOP')
       expect(output).toContain('Idempotent-Replayed: true')
@@ -60,5 +80,5 @@ describe('examples/relay', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
-  }, 20_000)
+  }, 30_000)
 })

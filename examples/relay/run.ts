@@ -14,7 +14,9 @@
  *   B acks                                                                         → done
  *   A gets SIGCONT, sends its charge again with generation N                       → 412 stale-fencing-token
  *   A acks with generation N                                                       → 409 refused by the queue
- *   the payments ledger holds exactly one charge; then `fencegate audit` on the store
+ *   the payments ledger holds exactly one charge; then `fencegate audit` on the store, and the
+ *   seed key's timeline from the attempt log (`fencegate audit --route payments --key job-9`,
+ *   buildTimeline in src/audit/timeline.ts) with A's lateness, and `fencegate leases`
  *
  * Exit 0 when every step held, 1 when one did not (or a process failed). Every child process is
  * stopped on the way out, also on an error or Ctrl-C. `--keep` leaves the temp folder (config,
@@ -67,6 +69,14 @@ export interface RelayResult {
   audit?: any
   /** `fencegate audit` as printed for people */
   auditTable?: string
+  /** `fencegate audit --route payments --key job-9 --json`, parsed: the seed key's timeline */
+  timeline?: any
+  /** the same timeline as printed for people */
+  timelineText?: string
+  /** `fencegate leases --json`, parsed */
+  leases?: any
+  /** `fencegate leases` as printed for people */
+  leasesText?: string
   /** the temp folder (deleted at the end unless `keep`) */
   dir: string
   configPath: string
@@ -263,6 +273,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     expect(bClaim.generation === aClaim.generation + 1, `B's generation is A's + 1 (${aClaim.generation} → ${bClaim.generation})`)
 
     const bc = result.charges.b = await b.event('charge')
+    const bChargedAt = Date.now() // B's token was first accepted before this
     step('Worker B → fencegate', `the same charge: POST ${bc.path}  (Fencing-Token: ${bc.generation}, Idempotency-Key: ${bc.job})`)
     say(`    → ${bc.status}${bc.replayed ? ', Idempotent-Replayed: true' : ''}`)
     show(bc)
@@ -275,6 +286,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     result.exitCodes.b = await b.exited
 
     a.proc.kill('SIGCONT')
+    const resumedAt = Date.now()
     a.stopped = false
     step('Worker A', `SIGCONT after ${Date.now() - frozenAt} ms frozen: wakes up, still believing it holds ${job.id} with generation ${aClaim.generation}`)
     const resumed = await a.event('resumed')
@@ -285,6 +297,8 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     show(a2)
     expect(a2.status === 412 && a2.body?.type === 'urn:fencegate:problem:stale-fencing-token', 'A\'s late write was refused: 412 stale-fencing-token, not forwarded')
     expect(a2.body?.token === String(aClaim.generation) && a2.body?.highestToken === String(bClaim.generation), `token ${aClaim.generation} refused, highestToken ${bClaim.generation}`)
+    const late = a2.body?.supersededForMs
+    expect(typeof late === 'number' && late >= resumedAt - bChargedAt, `supersededForMs ${late}: A came ${late} ms after B's token ${bClaim.generation} took over, at least the ${resumedAt - bChargedAt} ms between B's charge and A's SIGCONT`)
 
     const aAck = result.aAck = await a.waitFor('its ack', (_l, e) => (e?.event === 'acked' || e?.event === 'ack-refused' ? e : undefined))
     step('Worker A → Queue', `ack ${job.id} with generation ${aAck.generation}`)
@@ -320,6 +334,31 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     expect(route?.forwarded === 1 && route?.replayed === 1 && route?.stale >= 1, `route payments: forwarded ${route?.forwarded}, replayed ${route?.replayed}, stale ${route?.stale} (expected 1, 1, ≥ 1)`)
     say()
     say(table.code === 0 ? table.stdout.trimEnd() : `(fencegate audit exited ${table.code}: ${table.stderr.trim()})`)
+
+    // the lease advice from what the gateway saw, with A's lateness
+    const [leasesJson, leasesText] = await Promise.all([cli(['leases', '--config', configPath, '--json']), cli(['leases', '--config', configPath, '--route', 'payments'])])
+    if (leasesJson.code !== 0) throw new Error(`fencegate leases --json exited ${leasesJson.code}: ${leasesJson.stderr}`)
+    result.leases = JSON.parse(leasesJson.stdout)
+    result.leasesText = leasesText.stdout
+    const lr = result.leases?.routes?.find((r: any) => r.route === 'payments')
+    step('fencegate leases', `fencegate leases --config ${configPath} --route payments   (effect durations, generations, stale lateness, advice)`)
+    expect(lr?.stale?.count >= 1 && lr?.stale?.latenessMaxMs === a2.body?.supersededForMs, `A's lateness is in the advice's numbers: stale ${lr?.stale?.count}, latest ${lr?.stale?.latenessMaxMs} ms (the 412 said supersededForMs ${a2.body?.supersededForMs})`)
+    expect(lr?.advice?.minimumLeaseMs > 0, `a minimum lease is advised from the observed effects: ${lr?.advice?.minimumLeaseMs} ms, renew every ${lr?.advice?.renewalIntervalMs} ms`)
+    say()
+    say(leasesText.code === 0 ? leasesText.stdout.trimEnd() : `(fencegate leases exited ${leasesText.code}: ${leasesText.stderr.trim()})`)
+
+    // last: the seed key's timeline, from the attempt log
+    const keyArgs = ['audit', '--config', configPath, '--route', 'payments', '--key', job.id]
+    const [tlJson, tlText] = await Promise.all([cli([...keyArgs, '--json']), cli(keyArgs)])
+    if (tlJson.code !== 0) throw new Error(`fencegate audit --key ${job.id} --json exited ${tlJson.code}: ${tlJson.stderr}`)
+    result.timeline = JSON.parse(tlJson.stdout)
+    result.timelineText = tlText.stdout
+    const seen = (result.timeline?.entries ?? []).map((e: any) => `${e.token} ${e.outcome} ${e.status}`)
+    step('fencegate audit --key', `fencegate audit --config ${configPath} --route payments --key ${job.id}   (every attempt on the key, oldest first)`)
+    expect(JSON.stringify(seen) === JSON.stringify([`${aClaim.generation} forwarded 201`, `${bClaim.generation} replayed 201`, `${aClaim.generation} stale 412`]),
+      `the timeline reads A ${aClaim.generation} forwarded 201, B ${bClaim.generation} replayed 201, A ${aClaim.generation} refused 412 (found: ${seen.join(', ')})`)
+    say()
+    say(tlText.code === 0 ? tlText.stdout.trimEnd() : `(fencegate audit --key exited ${tlText.code}: ${tlText.stderr.trim()})`)
   } catch (e) {
     result.failures.push((e as Error).message)
     say()
@@ -332,7 +371,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
   result.ok = result.failures.length === 0
   say()
   say(result.ok
-    ? 'The timeline held with real processes: one charge, B\'s duplicate replayed, A\'s late write refused at the gateway (412) and its ack refused by the queue.'
+    ? `The timeline held with real processes: one charge, B's duplicate replayed, A's late write refused at the gateway (412, ${result.charges.a2?.body?.supersededForMs} ms after B's token took over) and its ack refused by the queue.`
     : `The timeline did NOT hold: ${result.failures.join('; ')}`)
   if (options.keep) say(`Kept ${dir}; run again: node ${JS.cli} audit --config ${configPath}`)
   return result

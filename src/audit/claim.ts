@@ -58,8 +58,13 @@ function storeSentences(store: Config['store'], out: Claim): void {
   }
 }
 
-/** The claim of one route. */
-export function claimFor(route: RouteConfig, store: Config['store']): Claim {
+/**
+ * The claim of one route.
+ * @param measured sentences about the store's real settings (`fencegate doctor`'s findings,
+ *   src/store/doctor.ts `claimSentences`), added to the assumptions when the report was built
+ *   with access to the store
+ */
+export function claimFor(route: RouteConfig, store: Config['store'], measured: readonly string[] = []): Claim {
   const out: Claim = { guarantees: [], assumptions: [], notGuaranteed: [] }
   const f = route.fencing
   let i = route.idempotency
@@ -76,7 +81,11 @@ export function claimFor(route: RouteConfig, store: Config['store']): Claim {
     else out.notGuaranteed.push(`A request without a ${header} header is forwarded unfenced (fencing.required: false): nothing stops a stale writer that leaves the header out.`)
     out.guarantees.push('Tokens are compared as exact integers; no clock is involved in fencing.')
     out.guarantees.push(`The token is forwarded unchanged in ${header}, so the upstream can check it too.`)
-    if ((f as { serialize?: boolean }).serialize) {
+    const serialize = (f as { serialize?: boolean | 'store' }).serialize
+    if (serialize === 'store') {
+      out.guarantees.push('Across every gateway sharing the store, a newer-token request for a resource is held until no older token of it is registered in the store (fencing.serialize: store): each forwarded request is registered after its fence and before it is sent, and one that a newer token overtook in between is refused with 412, so no older-token request reaches the upstream after a newer one through any of these gateways; one whose outcome is unknown stays registered until its lease ends (or one more upstream timeout).')
+      out.assumptions.push('A gateway that stops (crash, kill -9, a partition from the store) leaves its registrations until their deadlines — the request\'s own bound: its wait, one upstream timeout and the hold of an unknown outcome — and the upstream applies any write it received before then, or never. The gateways\' clocks agree to within a second (deadlines are compared across them). Every route that writes the resource uses fencing.serialize: store.')
+    } else if (serialize) {
       out.guarantees.push('Within one gateway process, a newer-token request for a resource is held until the older ones sent for it have ended (fencing.serialize: true), so no older-token request reaches the upstream after a newer one from this process; one whose outcome is unknown holds the resource until its lease ends.')
       out.assumptions.push('Across several gateway replicas, fencing.serialize cannot order requests for one resource: either route each resource to one replica (sticky routing) or have the upstream check the forwarded token.')
     } else {
@@ -93,6 +102,7 @@ export function claimFor(route: RouteConfig, store: Config['store']): Claim {
     if (!methodsHere.length) {
       out.notGuaranteed.push(`No request of this route is deduplicated: idempotency.methods (${i.methods.join(', ')}) names none of the route's methods (${route.match.methods!.join(', ')}).`)
       storeSentences(store, out)
+      out.assumptions.push(...measured)
       return out
     }
     i = { ...i, methods: methodsHere }
@@ -119,5 +129,6 @@ export function claimFor(route: RouteConfig, store: Config['store']): Claim {
     if (others.length) out.notGuaranteed.push(`${list(others)} requests are not deduplicated (idempotency.methods: ${route.idempotency!.methods.join(', ')}).`)
   }
   storeSentences(store, out)
+  out.assumptions.push(...measured)
   return out
 }

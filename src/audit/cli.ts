@@ -6,6 +6,7 @@
  *   fencegate resolve --config PATH --route NAME (--key KEY [--scope S] | --key-hash H) --as completed|failed [--reason TEXT]
  *   fencegate store accept-loss --config PATH [--reason TEXT]
  *   fencegate unknown --config PATH [--route NAME] [--json]
+ *   fencegate leases  --config PATH [--since 24h] [--route NAME] [--json]
  * Exit codes: 0 done; 1 the store refused or the record could not be resolved; 2 usage or config.
  */
 import type { Config } from '../config/schema.js'
@@ -16,6 +17,8 @@ import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.j
 import { acceptStoreLoss, cliActor, resolveKey } from './resolve.js'
 import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
 import { buildTimeline, formatTimeline } from './timeline.js'
+import { buildLeases, formatLeases } from './leases.js'
+import { claimSentences, inspectStore } from '../store/doctor.js'
 
 export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string; reason?: string }
 
@@ -33,7 +36,7 @@ async function withStore<T>(config: Config, fn: (store: Store) => Promise<T>): P
 
 const memoryRefusal = (command: string): CommandResult => ({
   code: 2,
-  stderr: [`store.kind memory keeps its attempt log and records inside the gateway process, so \`fencegate ${command}\` cannot reach them: use the admin API of the running gateway (${command === 'audit' ? 'GET /audit' : command === 'unknown' ? 'GET /unknown' : 'POST /resolve'}).`],
+  stderr: [`store.kind memory keeps its attempt log and records inside the gateway process, so \`fencegate ${command}\` cannot reach them: use the admin API of the running gateway (${command === 'audit' ? 'GET /audit' : command === 'unknown' ? 'GET /unknown' : command === 'leases' ? 'GET /leases' : 'POST /resolve'}).`],
 })
 
 export async function auditCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
@@ -57,7 +60,11 @@ export async function auditCommand(config: Config, args: AuditArgs): Promise<Com
     }
   }
   try {
-    const report = await withStore(config, (store) => buildReport(config, store.audit, since, now, args.route))
+    const report = await withStore(config, async (store) => {
+      // the claim names the store's real settings when they can be read
+      const settings = await inspectStore(config.store, store).catch(() => undefined)
+      return buildReport(config, store.audit, since, now, args.route, settings && claimSentences(settings))
+    })
     return { code: 0, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatReport(report)}\n` }
   } catch (e) {
     if (e instanceof StoreError) return { code: 1, stderr: [`fencegate audit: the store cannot answer: ${e.message}`] }
@@ -118,6 +125,22 @@ export async function unknownCommand(config: Config, args: AuditArgs): Promise<C
     }
   } catch (e) {
     if (e instanceof StoreError) return { code: 1, stderr: [`fencegate unknown: the store cannot answer: ${e.message}`] }
+    throw e
+  }
+}
+
+/** `fencegate leases`: effect durations, generations, stale writers' lateness and lease advice per fenced route. */
+export async function leasesCommand(config: Config, args: AuditArgs): Promise<CommandResult> {
+  if (config.store.kind === 'memory') return memoryRefusal('leases')
+  const now = Date.now()
+  const since = parseSince(args.since ?? DEFAULT_SINCE, now)
+  if (since === undefined) return { code: 2, stderr: [`--since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(args.since)}`] }
+  try {
+    const report = await withStore(config, (store) => buildLeases(config, store.audit, since, now, args.route))
+    return { code: 0, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatLeases(report, config)}\n` }
+  } catch (e) {
+    if (e instanceof Problem) return { code: 2, stderr: [`--route: ${e.detail}`] }
+    if (e instanceof StoreError) return { code: 1, stderr: [`fencegate leases: the store cannot answer: ${e.message}`] }
     throw e
   }
 }

@@ -36,6 +36,9 @@ export function attemptEntry(f: RequestFacts, status: number, durationMs: number
   if (f.duplicate) e.duplicate = true
   if (f.overtaken) e.overtaken = true
   if (f.upstreamStatus !== undefined) e.upstreamStatus = f.upstreamStatus
+  if (f.upstreamMs !== undefined) e.upstreamMs = Math.round(f.upstreamMs * 1000) / 1000
+  if (f.lateMs !== undefined) e.lateMs = f.lateMs
+  if (e.outcome === 'stale' && f.highest !== undefined) e.highestToken = String(f.highest)
   if (traceId) e.traceId = traceId
   e.requestId = f.requestId
   return e

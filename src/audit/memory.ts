@@ -2,7 +2,7 @@
  * The attempt log of the memory store: a ring buffer in this process. Lost on exit, like the
  * rest of the memory store; the oldest entries go first when it is full or past the retention.
  */
-import { aggregate, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './types.js'
+import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './types.js'
 
 export interface MemoryAuditLogOptions {
   /** most entries kept; default 10,000 (the memory store is for one process and short runs: a longer log belongs in a store that keeps it off the heap) */
@@ -42,6 +42,13 @@ export class MemoryAuditLog implements AuditLog {
     for (const e of this.#entries()) {
       if (e.time >= since && inTimeline(e, filter)) out.push(e)
     }
+    return out.slice(-limit)
+  }
+
+  async fenced(since: number, until: number, route: string | undefined, limit: number): Promise<AuditEntry[]> {
+    const out: AuditEntry[] = []
+    const from = Math.max(since, Date.now() - this.#retentionMs)
+    for (const e of this.#entries()) if (fencedIn(e, from, until, route)) out.push(e)
     return out.slice(-limit)
   }
 

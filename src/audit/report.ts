@@ -60,15 +60,17 @@ export const DEFAULT_SINCE = '24h'
 /**
  * Builds the report of every configured route (or only `route`), in config order; a route that
  * is in the log but no longer in the config is listed after them, with a claim saying so.
+ * `measured`: sentences about the store's real settings (fencegate doctor), added to each claim's
+ * assumptions.
  * Requests that matched no route are not a route's and are left out.
  */
-export async function buildReport(config: Config, log: AuditLog, since: number, until: number, route?: string): Promise<AuditReport> {
+export async function buildReport(config: Config, log: AuditLog, since: number, until: number, route?: string, measured?: readonly string[]): Promise<AuditReport> {
   const counts = await log.query(since, until, route)
   const byRoute = new Map(counts.map((c) => [c.route, c]))
   const routes: RouteReport[] = []
   for (const rc of config.routes) {
     if (route !== undefined && rc.name !== route) continue
-    routes.push({ ...(byRoute.get(rc.name) ?? emptyCounts(rc.name)), claim: claimFor(rc, config.store) })
+    routes.push({ ...(byRoute.get(rc.name) ?? emptyCounts(rc.name)), claim: claimFor(rc, config.store, measured) })
     byRoute.delete(rc.name)
   }
   for (const c of byRoute.values()) {

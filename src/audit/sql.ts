@@ -9,7 +9,7 @@ import { emptyCounts, type AuditCounts, type AuditEntry, type TimelineFilter } f
 export const AUDIT_COLUMNS = [
   'time', 'kind', 'replica', 'route', 'method', 'resource', 'token', 'key_hash', 'fingerprint', 'outcome',
   'result', 'unknown', 'abandoned', 'duplicate', 'overtaken', 'status', 'upstream_status', 'duration_ms',
-  'trace_id', 'resolution', 'request_id', 'reason', 'actor',
+  'trace_id', 'resolution', 'request_id', 'reason', 'actor', 'upstream_ms', 'late_ms', 'highest_token',
 ] as const
 
 /** The row of an entry, values in AUDIT_COLUMNS order. */
@@ -18,6 +18,7 @@ export const auditRow = (e: AuditEntry): (string | number | null)[] => [
   e.fingerprint ?? null, e.outcome ?? null, e.result ?? null, e.unknown ?? null, e.abandoned ? 1 : 0,
   e.duplicate ? 1 : 0, e.overtaken ? 1 : 0, e.status ?? null, e.upstreamStatus ?? null,
   e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null, e.requestId ?? null, e.reason ?? null, e.by ?? null,
+  e.upstreamMs ?? null, e.lateMs ?? null, e.highestToken ?? null,
 ]
 
 /**
@@ -65,6 +66,24 @@ export function timelineSql(table: string, p: (n: number) => string, f: Timeline
   }
 }
 
+/** The columns `fencegate leases` reads. */
+const LEASE_COLUMNS = ['time', 'kind', 'replica', 'route', 'method', 'resource', 'token', 'outcome', 'unknown', 'status', 'upstream_status', 'upstream_ms', 'late_ms', 'highest_token']
+
+/**
+ * `AuditLog.fenced` as a query and its values; `p(n)` writes the n-th placeholder. The newest
+ * `limit` rows of the window, oldest first (by the time index).
+ */
+export function fencedSql(table: string, p: (n: number) => string, since: number, until: number, route: string | undefined, limit: number): { text: string; values: (string | number)[] } {
+  const values: (string | number)[] = [since, until]
+  let where = `kind = 'attempt' AND resource IS NOT NULL AND time >= ${p(1)} AND time < ${p(2)}`
+  if (route !== undefined) { values.push(route); where += ` AND route = ${p(values.length)}` }
+  values.push(limit)
+  return {
+    text: `SELECT * FROM (SELECT ${LEASE_COLUMNS.join(', ')} FROM ${table} WHERE ${where} ORDER BY time DESC LIMIT ${p(values.length)}) t ORDER BY time`,
+    values,
+  }
+}
+
 /** An attempt log row (either engine) as an entry; NULL columns and 0 flags are left out. */
 export function entryFromRow(r: Record<string, unknown>): AuditEntry {
   const e: AuditEntry = { time: Number(r.time), kind: r.kind as AuditEntry['kind'], replica: String(r.replica), route: String(r.route) }
@@ -85,6 +104,9 @@ export function entryFromRow(r: Record<string, unknown>): AuditEntry {
   set('status', num('status'))
   set('upstreamStatus', num('upstream_status'))
   set('durationMs', num('duration_ms'))
+  set('upstreamMs', num('upstream_ms'))
+  set('lateMs', num('late_ms'))
+  set('highestToken', str('highest_token'))
   set('traceId', str('trace_id'))
   set('resolution', str('resolution') as AuditEntry['resolution'])
   set('requestId', str('request_id'))

@@ -10,6 +10,7 @@ import { sha256hex } from '../route.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
 import type { AuditEntry, AuditLog, TimelineFilter } from './types.js'
 import { auditKeyHash } from './entry.js'
+import { human } from './leases.js'
 
 /** At most this many entries (the newest). */
 export const TIMELINE_LIMIT = 1000
@@ -71,12 +72,25 @@ export async function buildTimeline(config: Config, log: AuditLog, q: TimelineQu
 export function formatTimeline(t: Timeline): string {
   const what = t.resource !== undefined ? `resource ${t.resource}` : `key hash ${t.keyHash}`
   if (!t.entries.length) return `no attempts on ${what} since ${t.since}`
+  /** per resource, the highest token accepted so far in the timeline: who a stale writer was late for */
+  const accepted = new Map<string, bigint>()
   const lines = t.entries.map((e) => {
     if (e.kind === 'resolve') return `${e.time}  ${e.route}  resolved as ${e.resolution} by ${e.by ?? e.replica}${e.reason ? `  reason: ${e.reason}` : ''}`
     const flags = [e.unknown && `unknown(${e.unknown})`, e.abandoned && 'found-abandoned', e.duplicate && 'duplicate', e.overtaken && 'overtaken'].filter(Boolean).join(' ')
-    return [e.time, e.route, e.method, e.status, e.outcome, e.result, e.token !== undefined ? `token ${e.token}` : '',
+    let late = ''
+    if (e.resource !== undefined && e.token !== undefined && /^\d+$/.test(e.token)) {
+      const prior = accepted.get(e.resource)
+      if (e.outcome === 'stale') {
+        const newer = e.highestToken ?? (prior !== undefined && prior > BigInt(e.token) ? String(prior) : undefined)
+        if (e.lateMs !== undefined) late = `refused ${human(e.lateMs)} after ${newer !== undefined ? `token ${newer}` : 'a newer token'} took over`
+      } else if (e.outcome !== 'token_missing' && e.outcome !== 'token_malformed' && (prior === undefined || BigInt(e.token) > prior)) {
+        accepted.set(e.resource, BigInt(e.token))
+      }
+    }
+    return [e.time, e.route, e.method, e.status, e.outcome, e.result, e.token !== undefined ? `token ${e.token}` : '', late,
       t.resource === undefined && e.resource ? `resource ${e.resource}` : '', t.keyHash === undefined && e.keyHash ? `key ${e.keyHash.slice(0, 12)}` : '',
-      flags, e.requestId ? `request ${e.requestId}` : '', e.traceId ? `trace ${e.traceId}` : '', `replica ${e.replica}`]
+      flags, e.durationMs !== undefined ? `${human(e.durationMs)}${e.upstreamMs !== undefined ? ` (upstream ${human(e.upstreamMs)})` : ''}` : '',
+      e.requestId ? `request ${e.requestId}` : '', e.traceId ? `trace ${e.traceId}` : '', `replica ${e.replica}`]
       .filter((x) => x !== undefined && x !== '').join('  ')
   })
   return [`${t.entries.length} attempt${t.entries.length === 1 ? '' : 's'} on ${what} since ${t.since}, oldest first:`, ...lines].join('\n')

@@ -44,6 +44,18 @@ export interface AuditEntry {
   /** status the upstream answered, when it answered */
   upstreamStatus?: number
   durationMs?: number
+  /**
+   * ms from sending the request upstream to its response headers: how long the upstream took to
+   * apply the write (the effect's duration, `fencegate leases`); set when the upstream answered
+   */
+  upstreamMs?: number
+  /**
+   * a stale write (412): ms between the first acceptance of the token that superseded it and
+   * its arrival — how far behind its writer was (`supersededForMs`, `fencegate leases`)
+   */
+  lateMs?: number
+  /** a stale write (412): the token that superseded it (the resource's highest), decimal */
+  highestToken?: string
   /** W3C trace id of the request's SERVER span, when tracing is on */
   traceId?: string
   /** the request id (the client's X-Request-Id when sane, else the gateway's) */
@@ -91,6 +103,16 @@ export interface AuditLog {
    * `limit`: a key's or a resource's timeline, and what `fencegate unknown` tells of each record.
    */
   timeline(filter: TimelineFilter, since: number, limit: number): Promise<AuditEntry[]>
+  /**
+   * The fenced attempts (those with a resource) with `since <= time < until`, only `route`'s
+   * when given, oldest first; at most `limit`, the newest: what `fencegate leases` reads.
+   */
+  fenced(since: number, until: number, route: string | undefined, limit: number): Promise<AuditEntry[]>
+}
+
+/** Whether an entry is a fenced attempt in a window (the in-memory logs' filter of `AuditLog.fenced`; the SQL one is in ./sql.ts). */
+export function fencedIn(e: AuditEntry, since: number, until: number, route: string | undefined): boolean {
+  return e.kind === 'attempt' && e.resource !== undefined && e.time >= since && e.time < until && (route === undefined || e.route === route)
 }
 
 /**

@@ -58,8 +58,16 @@ const fencing = z.strictObject({
   resource: z.string().min(1, 'must not be empty'),
   tokenHeader: headerName.default('Fencing-Token'),
   required: z.boolean().default(true),
-  /** hold a newer token until this process's older requests for the resource have ended */
-  serialize: z.boolean().default(false),
+  /**
+   * hold a newer token until the older requests for the resource have ended: `true` this
+   * process's, `store` those of every gateway sharing the store (src/fencing/window.ts)
+   */
+  serialize: z.unknown().default(false).transform((v, ctx): boolean | 'store' => {
+    if (v === true || v === false || v === 'store') return v
+    const yaml = typeof v === 'string' && /^(yes|no|on|off|y|n)$/i.test(v) ? ' (YAML 1.2 reads it as text)' : ''
+    ctx.addIssue({ code: 'custom', message: `must be false, true or store, not ${JSON.stringify(v)}${yaml}` })
+    return z.NEVER
+  }),
   /** how long a held request waits before 503 serialize-timeout; default: upstream.timeout */
   serializeWait: optionalDuration(HOUR),
 })
@@ -132,7 +140,13 @@ export const configSchema = z.strictObject({
     replicas: z.number().int('must be a whole number').min(0, 'must be 0 or more').max(64, 'must be at most 64').default(0),
     /** redis: how long WAIT waits for `replicas`; default: a quarter of `timeout` */
     replicasTimeout: optionalDuration(HOUR),
+    /**
+     * risks of the store's own settings (fencegate doctor) that would stop start-up, accepted:
+     * `maxmemory-policy` (redis: an evicting policy can forget marks and records)
+     */
+    acceptRisks: z.array(z.enum(['maxmemory-policy'])).default([]),
   }).superRefine((s, ctx) => {
+    if (s.acceptRisks.length && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['acceptRisks'], message: `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` })
     if (s.cluster && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['cluster'], message: `only with store.kind redis (a Redis Cluster's seed nodes in store.url), not ${s.kind}` })
     if (s.replicas > 0 && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['replicas'], message: `only with store.kind redis (WAIT for Redis replicas), not ${s.kind}` })
     if (s.kind === 'redis' && s.url !== undefined) {

@@ -174,7 +174,8 @@ export function forward(route: CompiledRoute, pool: Pool, metrics: Metrics, trac
     } catch (e) {
       return failed(e as Error, call.sent, call.aborted)
     }
-    upstreamSeconds(call.status, (performance.now() - started) / 1000)
+    f.upstreamMs = performance.now() - started
+    upstreamSeconds(call.status, f.upstreamMs / 1000)
     f.upstreamStatus = call.status
     f.outcome = 'forwarded'
     const headers = responseHeaders(call.headers as Record<string, string | string[] | undefined>)

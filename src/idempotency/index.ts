@@ -15,6 +15,7 @@ import type { ClaimResult, RecordKey, Store, StoredResponse } from '../store/typ
 import { Problem } from '../problems.js'
 import { flat, VIA } from '../forward/headers.js'
 import { LeaseKeeper } from './lease.js'
+import { EffectDurations, retryAfterSeconds } from './retry-after.js'
 
 /** The default of `idempotency.releaseStatuses`: upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
@@ -30,6 +31,8 @@ export class Records {
   readonly #log: Logger
   readonly #leases: LeaseKeeper
   readonly #cfg: NonNullable<CompiledRoute['idempotency']>
+  /** the route's newest effect durations, for a 409's Retry-After */
+  readonly #effects = new EffectDurations()
 
   constructor(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger) {
     this.#route = route
@@ -91,7 +94,7 @@ export class Records {
       case 'in_flight':
         if (mayWait) return { wait: true }
         this.count(f, 'in_flight')
-        return { problem: new Problem('request-in-flight', 'A request with this idempotency key is being processed; retry after it completes.', {}, { 'retry-after': '1' }) }
+        return { problem: new Problem('request-in-flight', 'A request with this idempotency key is being processed; retry after it completes.', {}, { 'retry-after': String(retryAfterSeconds(result.leaseUntil, Date.now(), this.#effects.quantile(0.9))) }) }
     }
   }
 
@@ -110,6 +113,7 @@ export class Records {
       end: () => kept.stop(),
       onResponse: async (res) => {
         kept.stop() // the record leaves in_flight now
+        if (f.upstreamMs !== undefined) this.#effects.add(f.upstreamMs)
         try {
           if (releaseStatuses.has(res.status)) { // idempotency.releaseStatuses (default RELEASE_STATUSES)
             this.count(f, 'released')

@@ -106,8 +106,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   return {
     kind,
     inProcess: inner.inProcess,
-    fence: (resource, token) => call('fence', () => inner.fence(resource, token)),
+    fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
+    mark: (resource) => call('mark', () => inner.mark(resource)),
     claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r.kind === 'claimed', key, req.claimId),
     admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim?.kind === 'claimed', key, req.claimId),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
@@ -115,6 +116,17 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
+    // a registration a slow store makes after the request gave up on it is ended at once: it would
+    // hold newer tokens of its resource back until its deadline
+    register: (resource, token, id, deadline, now) => {
+      const attempt = inner.register(resource, token, id, deadline, now)
+      return call('register', () => attempt).catch((e) => {
+        attempt.then((r) => { if (r.registered) return inner.unregister(resource, id) }).catch(() => {})
+        throw e
+      })
+    },
+    olderRegistered: (resource, token, now) => call('older_registered', () => inner.olderRegistered(resource, token, now)),
+    unregister: (resource, id, until) => call('unregister', () => inner.unregister(resource, id, until)),
     // off the request path: the audit queue bounds, counts and logs its own failures
     audit: inner.audit,
     markers: () => call('markers', () => inner.markers()),

@@ -9,8 +9,10 @@
 import { LRUCache } from 'lru-cache'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
 import { MemoryAuditLog } from '../audit/memory.js'
+import type { OlderWrites, Registration } from './types.js'
+import { olderOf, type Registered } from './registrations.js'
 
 export interface MemoryStoreOptions {
   /** most resources with a high-water mark; default 1,000,000 */
@@ -36,6 +38,8 @@ export class MemoryStore implements Store {
   readonly kind = 'memory' as const
   readonly inProcess = true
   readonly #fences = new Map<string, bigint>()
+  /** when each resource's mark was first accepted (FenceResult.since), epoch ms */
+  readonly #since = new Map<string, number>()
   /** completed and not_stored records: evicting one costs a replay, never a second effect */
   readonly #records: LRUCache<string, IdemRecord>
   /** in_flight and unknown records, kept until they expire or change state */
@@ -79,28 +83,30 @@ export class MemoryStore implements Store {
     if (this.#closed) throw new StoreError('store is closed', op)
   }
 
-  async fence(resource: string, token: bigint): Promise<FenceResult> {
+  async fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
     this.#open('fence')
-    return this.#fence(resource, token)
+    return this.#fence(resource, token, now)
   }
 
-  #fence(resource: string, token: bigint): FenceResult {
+  #fence(resource: string, token: bigint, now: number): FenceResult {
     const highest = this.#fences.get(resource)
     if (highest === undefined) {
       if (this.#fences.size >= this.#maxResources) {
         throw new StoreError(`memory store holds ${this.#maxResources} resources (store.maxResources); refusing a new one rather than forgetting a high-water mark`, 'fence')
       }
-    } else if (token < highest) {
-      return { accepted: false, highest }
+    } else if (token <= highest) {
+      const since = this.#since.get(resource)
+      return token < highest ? { accepted: false, highest, since } : { accepted: true, highest, since }
     }
     this.#fences.set(resource, token)
-    return { accepted: true, highest: token }
+    this.#since.set(resource, now)
+    return { accepted: true, highest: token, since: now, raised: true }
   }
 
   /** fence and claim in one synchronous section: nothing else runs between them */
   async admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
     this.#open('admit')
-    const result = this.#fence(fence.resource, fence.token)
+    const result = this.#fence(fence.resource, fence.token, now)
     if (!result.accepted) return { fence: result }
     return { fence: result, claim: this.#claim(key, req, now) }
   }
@@ -108,6 +114,12 @@ export class MemoryStore implements Store {
   async highest(resource: string): Promise<bigint | undefined> {
     this.#open('highest')
     return this.#fences.get(resource)
+  }
+
+  async mark(resource: string): Promise<FenceMark | undefined> {
+    this.#open('mark')
+    const highest = this.#fences.get(resource)
+    return highest === undefined ? undefined : { highest, since: this.#since.get(resource) }
   }
 
   async claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
@@ -166,6 +178,49 @@ export class MemoryStore implements Store {
       out.push({ key, reason: crashed ? 'crash' : r.reason ?? 'crash', leaseUntil: r.leaseUntil, expiresAt: r.expiresAt })
     }
     return out
+  }
+
+  /** `fencing.serialize: store`: per resource, the registered writes by id; expired ones go when their resource is next written */
+  readonly #registrations = new Map<string, Map<string, Registered>>()
+  /** when every resource's expired registrations were last deleted (held ones of resources nobody writes again) */
+  #swept = 0
+
+  /** One synchronous section: nothing runs between reading the mark and registering. */
+  async register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
+    this.#open('register')
+    const highest = this.#fences.get(resource)
+    if (highest !== undefined && token < highest) return { registered: false, highest }
+    if (now - this.#swept >= 60_000) {
+      this.#swept = now
+      for (const [r, ws] of this.#registrations) {
+        for (const [k, w] of ws) if (w.deadline <= now) ws.delete(k)
+        if (ws.size === 0) this.#registrations.delete(r)
+      }
+    }
+    let writes = this.#registrations.get(resource)
+    if (writes === undefined) this.#registrations.set(resource, (writes = new Map()))
+    for (const [k, w] of writes) if (w.deadline <= now) writes.delete(k)
+    writes.set(id, { token, deadline })
+    return { registered: true, ...olderOf(writes.values(), token, now) }
+  }
+
+  async olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
+    this.#open('older_registered')
+    const writes = this.#registrations.get(resource)
+    return writes === undefined ? { until: 0 } : olderOf(writes.values(), token, now)
+  }
+
+  async unregister(resource: string, id: string, until = 0): Promise<void> {
+    this.#open('unregister')
+    const writes = this.#registrations.get(resource)
+    const w = writes?.get(id)
+    if (!w) return
+    if (until > 0) {
+      w.deadline = until
+      return
+    }
+    writes!.delete(id)
+    if (writes!.size === 0) this.#registrations.delete(resource)
   }
 
   readonly #epoch = randomUUID()

@@ -24,10 +24,11 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
-import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, timelineSql } from '../audit/sql.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../audit/sql.js'
 import type { AuditEntry, AuditLog } from '../audit/types.js'
 import { batcher } from './batch.js'
+import type { OlderWrites, Registration } from './types.js'
 
 export interface PostgresStoreOptions {
   /** postgres:// or postgresql:// URL; `?application_name=` names the connections (default "fencegate") */
@@ -53,6 +54,8 @@ function schemaSql(s: string): string {
   return `
 CREATE TABLE IF NOT EXISTS ${s}.fg_meta_v1 (name text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE IF NOT EXISTS ${s}.fg_fences_v1 (resource text PRIMARY KEY, highest bigint NOT NULL CHECK (highest >= 0));
+-- when the mark was first accepted (epoch ms); NULL for marks from before it was kept
+ALTER TABLE ${s}.fg_fences_v1 ADD COLUMN IF NOT EXISTS since bigint;
 CREATE TABLE IF NOT EXISTS ${s}.fg_records_v1 (
   route text NOT NULL, scope text NOT NULL, key text NOT NULL,
   state text NOT NULL CHECK (state IN ('in_flight', 'completed', 'not_stored', 'unknown')),
@@ -73,6 +76,9 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_audit_v1 (
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS request_id text;
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS reason text;
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS actor text;
+ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS upstream_ms double precision;
+ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS late_ms double precision;
+ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS highest_token text;
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON ${s}.fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON ${s}.fg_audit_v1 (route, key_hash, time);
 
@@ -105,17 +111,30 @@ BEGIN
 END
 $fn$;
 
+-- the check-and-set; a mark it raises keeps p_now as its since (o_raised)
+CREATE OR REPLACE FUNCTION ${s}.fg_fence_v2(p_resource text, p_token bigint, p_now bigint,
+  OUT o_accepted boolean, OUT o_highest text, OUT o_since bigint, OUT o_raised boolean)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+  INSERT INTO ${s}.fg_fences_v1 AS f (resource, highest, since) VALUES (p_resource, p_token, p_now)
+  ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest, since = excluded.since WHERE f.highest < excluded.highest
+  RETURNING f.highest::text, f.since INTO o_highest, o_since;
+  IF FOUND THEN o_accepted := true; o_raised := true; RETURN; END IF;
+  -- equal or stale: a new snapshot sees the mark compared against, or a later one
+  SELECT f.highest::text, f.since INTO o_highest, o_since FROM ${s}.fg_fences_v1 f WHERE f.resource = p_resource;
+  IF o_highest IS NULL THEN RAISE EXCEPTION 'fence: the mark of % disappeared', p_resource; END IF;
+  o_accepted := o_highest::bigint = p_token;
+  o_raised := false;
+END
+$fn$;
+
+-- v1, as gateways from before since was kept call it (through the *_many_v1 batches) during a
+-- rolling upgrade: the same check-and-set, keeping since on the database's clock
 CREATE OR REPLACE FUNCTION ${s}.fg_fence_v1(p_resource text, p_token bigint, OUT o_accepted boolean, OUT o_highest text)
 LANGUAGE plpgsql AS $fn$
 BEGIN
-  INSERT INTO ${s}.fg_fences_v1 AS f (resource, highest) VALUES (p_resource, p_token)
-  ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest WHERE f.highest < excluded.highest
-  RETURNING f.highest::text INTO o_highest;
-  IF FOUND THEN o_accepted := true; RETURN; END IF;
-  -- equal or stale: a new snapshot sees the mark compared against, or a later one
-  SELECT f.highest::text INTO o_highest FROM ${s}.fg_fences_v1 f WHERE f.resource = p_resource;
-  IF o_highest IS NULL THEN RAISE EXCEPTION 'fence: the mark of % disappeared', p_resource; END IF;
-  o_accepted := o_highest::bigint = p_token;
+  SELECT f.o_accepted, f.o_highest INTO o_accepted, o_highest
+    FROM ${s}.fg_fence_v2(p_resource, p_token, (extract(epoch FROM clock_timestamp()) * 1000)::bigint) f;
 END
 $fn$;
 
@@ -240,6 +259,57 @@ BEGIN
 END
 $fn$;
 
+-- v2 of the fence and admit batches: each fence also answers when its mark was first accepted
+-- (o_since) and whether it raised it (o_raised). The v1 batches stay for gateways from before.
+CREATE OR REPLACE FUNCTION ${s}.fg_fence_many_v2(p_resources text[], p_tokens bigint[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_since bigint, o_raised boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest, f.o_since, f.o_raised INTO o_accepted, o_highest, o_since, o_raised
+      FROM ${s}.fg_fence_v2(p_resources[v_i], p_tokens[v_i], p_now[v_i]) f;
+    o_i := v_i;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ${s}.fg_admit_many_v2(
+  p_resources text[], p_tokens bigint[],
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease bigint[], p_exp bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_since bigint, o_raised boolean, o_kind text, o_after text, o_abandoned boolean,
+  o_lease bigint, o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_accepted boolean[] := '{}';
+  v_highest text[] := '{}';
+  v_since bigint[] := '{}';
+  v_raised boolean[] := '{}';
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest, f.o_since, f.o_raised INTO o_accepted, o_highest, o_since, o_raised
+      FROM ${s}.fg_fence_v2(p_resources[v_i], p_tokens[v_i], p_now[v_i]) f;
+    v_accepted[v_i] := o_accepted;
+    v_highest[v_i] := o_highest;
+    v_since[v_i] := o_since;
+    v_raised[v_i] := o_raised;
+  END LOOP;
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_accepted := v_accepted[v_i]; o_highest := v_highest[v_i]; o_since := v_since[v_i]; o_raised := v_raised[v_i];
+    o_kind := NULL; o_after := NULL; o_abandoned := NULL; o_lease := NULL; o_status := NULL; o_headers := NULL; o_body := NULL; o_reason := NULL;
+    IF o_accepted THEN
+      SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+        INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+        FROM ${s}.fg_claim_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease[v_i], p_exp[v_i], p_retry[v_i], p_now[v_i]) c;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
 -- finish (p_state set) or release (p_state NULL) of claims still held by p_cid
 CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v1(
   p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_exp bigint[],
@@ -276,6 +346,16 @@ interface ClaimRow {
 }
 
 interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
+interface FenceCall extends FenceRequest { now: number }
+/** A fence's columns in the v2 batches' rows. */
+interface FenceRow { o_accepted: boolean; o_highest: string; o_since: string | null; o_raised: boolean | null }
+
+function fenceResult(r: FenceRow): FenceResult {
+  const out: FenceResult = { accepted: r.o_accepted === true, highest: BigInt(r.o_highest) }
+  if (r.o_since !== null && r.o_since !== undefined) out.since = Number(r.o_since)
+  if (r.o_raised) out.raised = true
+  return out
+}
 interface AdmitCall extends ClaimCall { fence: FenceRequest }
 /** finish (with `done`) or release (without) */
 interface SettleCall { key: RecordKey; claimId: string; done?: Completion; expiresAt?: number }
@@ -323,6 +403,77 @@ function refusedAndRolledBack(e: unknown): boolean {
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !code.startsWith('08') && !code.startsWith('57P')
 }
 
+/**
+ * `fencing.serialize: store` (src/fencing/window.ts): the registered writes, and their batches.
+ * Register takes the resource's mark row FOR SHARE before it reads it and writes the
+ * registration: a fence raising that mark (its INSERT … ON CONFLICT DO UPDATE locks the row)
+ * waits until the registration is committed, and a registration made while such a fence is under
+ * way waits for it and then reads the raised mark (READ COMMITTED re-reads a row it waited for).
+ * Batches take the mark rows in resource order, as the fence batches do: no deadlock between them.
+ */
+function registrationsSchemaSql(s: string): string {
+  return `
+CREATE TABLE IF NOT EXISTS ${s}.fg_registrations_v1 (
+  resource text NOT NULL, id text NOT NULL, token bigint NOT NULL CHECK (token >= 0), deadline bigint NOT NULL,
+  PRIMARY KEY (resource, id)
+);
+CREATE INDEX IF NOT EXISTS fg_registrations_v1_deadline ON ${s}.fg_registrations_v1 (deadline);
+
+CREATE OR REPLACE FUNCTION ${s}.fg_register_many_v1(p_resources text[], p_tokens bigint[], p_ids text[], p_deadlines bigint[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_registered boolean, o_highest text, o_oldest text, o_until bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_highest bigint;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    o_i := v_i; o_highest := NULL; o_oldest := NULL; o_until := 0;
+    SELECT f.highest INTO v_highest FROM ${s}.fg_fences_v1 f WHERE f.resource = p_resources[v_i] FOR SHARE;
+    IF FOUND AND p_tokens[v_i] < v_highest THEN
+      o_registered := false; o_highest := v_highest::text;
+    ELSE
+      INSERT INTO ${s}.fg_registrations_v1 AS w (resource, id, token, deadline)
+        VALUES (p_resources[v_i], p_ids[v_i], p_tokens[v_i], p_deadlines[v_i])
+        ON CONFLICT (resource, id) DO UPDATE SET token = excluded.token, deadline = excluded.deadline;
+      o_registered := true;
+      SELECT min(w.token)::text, coalesce(max(w.deadline), 0) INTO o_oldest, o_until FROM ${s}.fg_registrations_v1 w
+        WHERE w.resource = p_resources[v_i] AND w.token < p_tokens[v_i] AND w.deadline > p_now[v_i];
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+-- deletes each registration, or (p_until > 0) keeps it until then
+CREATE OR REPLACE FUNCTION ${s}.fg_unregister_many_v1(p_resources text[], p_ids text[], p_until bigint[])
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources, p_ids) WITH ORDINALITY AS t(r, d, n) ORDER BY t.r, t.d, t.n LOOP
+    IF p_until[v_i] > 0 THEN
+      UPDATE ${s}.fg_registrations_v1 w SET deadline = p_until[v_i] WHERE w.resource = p_resources[v_i] AND w.id = p_ids[v_i];
+    ELSE
+      DELETE FROM ${s}.fg_registrations_v1 w WHERE w.resource = p_resources[v_i] AND w.id = p_ids[v_i];
+    END IF;
+  END LOOP;
+  RETURN coalesce(array_length(p_resources, 1), 0);
+END
+$fn$;
+`
+}
+
+interface RegisterCall { resource: string; token: bigint; id: string; deadline: number; now: number }
+interface UnregisterCall { resource: string; id: string; until: number }
+
+/** A schema made before the registrations: a message that says what to do. */
+const registrationsMissing = (e: unknown): unknown => {
+  const code = (e as { code?: string } | undefined)?.code
+  return code === '42P01' || code === '42883'
+    ? new Error('the schema has no fg_registrations_v1 (fencing.serialize: store): it was made by an older fencegate; run `fencegate migrate --config PATH` (or set store.migrate: true)', { cause: e })
+    : e
+}
+
 function createPool(o: Required<Pick<PostgresStoreOptions, 'url' | 'pool' | 'statementTimeoutMs' | 'connectTimeoutMs'>>, onError: (e: Error) => void): pg.Pool {
   const pool = new pg.Pool({
     connectionString: o.url,
@@ -359,6 +510,7 @@ export async function migratePostgres(options: Pick<PostgresStoreOptions, 'url' 
     const exists = await client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema])
     if (!exists.rowCount) await client.query(`CREATE SCHEMA ${s}`)
     await client.query(schemaSql(s))
+    await client.query(registrationsSchemaSql(s))
     await client.query(`INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('epoch', $1) ON CONFLICT (name) DO NOTHING`, [randomUUID()])
     const { rows } = await client.query(`SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'epoch'`)
     await client.query('COMMIT')
@@ -382,7 +534,7 @@ export class PostgresStore implements Store {
   readonly audit: AuditLog
   /** the value written when the schema was first created */
   epoch = ''
-  readonly #fence: (call: FenceRequest) => Promise<FenceResult>
+  readonly #fence: (call: FenceCall) => Promise<FenceResult>
   readonly #claim: (call: ClaimCall) => Promise<ClaimResult>
   readonly #admit: (call: AdmitCall) => Promise<AdmitResult>
   readonly #settle: (call: SettleCall) => Promise<void>
@@ -404,6 +556,11 @@ export class PostgresStore implements Store {
         const { rows } = await this.#pool.query(q.text, q.values)
         return rows.map(entryFromRow)
       }),
+      fenced: (since, until, route, limit) => this.#run('audit_fenced', async () => {
+        const q = fencedSql(`${this.#s}.fg_audit_v1`, (n) => `$${n}`, since, until, route, limit)
+        const { rows } = await this.#pool.query(q.text, q.values)
+        return rows.map(entryFromRow)
+      }),
     }
     // a batch per operation and event-loop turn; a quarter of the pool each at most (audit and
     // markers need connections too)
@@ -416,6 +573,7 @@ export class PostgresStore implements Store {
       this.#reaper = setInterval(() => {
         this.reap(Date.now()).catch(() => { /* next round */ })
         this.reapAudit(Date.now()).catch(() => { /* next round */ })
+        this.reapRegistrations(Date.now()).catch(() => { /* next round */ })
       }, reapIntervalMs)
       this.#reaper.unref()
     }
@@ -431,9 +589,10 @@ export class PostgresStore implements Store {
     try {
       const { rows } = await store.#pool.query(`SELECT value FROM ${store.#s}.fg_meta_v1 WHERE name = 'epoch'`)
       store.epoch = rows[0]?.value ?? ''
-      // the newest piece of the schema: the attempt log's actor column (operators' who/why)
+      // the newest piece of the schema: the v2 fence and admit batches (with the marks' since
+      // and the attempt log's upstream_ms, late_ms and highest_token, made by the same migration)
       const { rows: fns } = await store.#pool.query(`SELECT to_regproc($1) IS NOT NULL AND EXISTS (SELECT 1 FROM information_schema.columns
-        WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'actor') AS ok`, [`${store.#s}.fg_admit_many_v1`, options.schema ?? 'public'])
+        WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'highest_token') AS ok`, [`${store.#s}.fg_admit_many_v2`, options.schema ?? 'public'])
       if (!fns[0].ok) {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
@@ -476,8 +635,8 @@ export class PostgresStore implements Store {
     }
   }
 
-  fence(resource: string, token: bigint): Promise<FenceResult> {
-    return this.#run('fence', () => this.#fence({ resource, token }))
+  fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
+    return this.#run('fence', () => this.#fence({ resource, token, now }))
   }
 
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
@@ -492,6 +651,18 @@ export class PostgresStore implements Store {
         values: [resource],
       })
       return rows.length ? BigInt(rows[0].highest) : undefined
+    })
+  }
+
+  mark(resource: string): Promise<FenceMark | undefined> {
+    return this.#run('mark', async () => {
+      const { rows } = await this.#pool.query({
+        name: 'fg_mark',
+        text: `SELECT highest::text AS highest, since FROM ${this.#s}.fg_fences_v1 WHERE resource = $1`,
+        values: [resource],
+      })
+      if (!rows.length) return undefined
+      return rows[0].since === null ? { highest: BigInt(rows[0].highest) } : { highest: BigInt(rows[0].highest), since: Number(rows[0].since) }
     })
   }
 
@@ -521,12 +692,12 @@ export class PostgresStore implements Store {
 
   // ------------------------------------------------------------- batches (one round trip each)
 
-  #fenceBatch(calls: readonly FenceRequest[]): Promise<FenceResult[]> {
-    return this.#many<{ o_i: number; o_accepted: boolean; o_highest: string }, FenceResult>(calls.length, {
-      name: 'fg_fence_many',
-      text: `SELECT o_i, o_accepted, o_highest FROM ${this.#s}.fg_fence_many_v1($1::text[], $2::bigint[])`,
-      values: [calls.map((c) => c.resource), calls.map((c) => c.token.toString())],
-    }, (r) => ({ accepted: r.o_accepted === true, highest: BigInt(r.o_highest) }))
+  #fenceBatch(calls: readonly FenceCall[]): Promise<FenceResult[]> {
+    return this.#many<FenceRow & { o_i: number }, FenceResult>(calls.length, {
+      name: 'fg_fence_many_v2',
+      text: `SELECT o_i, o_accepted, o_highest, o_since, o_raised FROM ${this.#s}.fg_fence_many_v2($1::text[], $2::bigint[], $3::bigint[])`,
+      values: [calls.map((c) => c.resource), calls.map((c) => c.token.toString()), calls.map((c) => c.now)],
+    }, fenceResult)
   }
 
   #claimBatch(calls: readonly ClaimCall[]): Promise<ClaimResult[]> {
@@ -543,10 +714,10 @@ export class PostgresStore implements Store {
   }
 
   #admitBatch(calls: readonly AdmitCall[]): Promise<AdmitResult[]> {
-    type Row = ClaimRow & { o_i: number; o_accepted: boolean; o_highest: string }
+    type Row = ClaimRow & FenceRow & { o_i: number }
     return this.#many<Row, AdmitResult>(calls.length, {
-      name: 'fg_admit_many',
-      text: `SELECT * FROM ${this.#s}.fg_admit_many_v1($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`,
+      name: 'fg_admit_many_v2',
+      text: `SELECT * FROM ${this.#s}.fg_admit_many_v2($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`,
       values: [
         calls.map((c) => c.fence.resource), calls.map((c) => c.fence.token.toString()),
         calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key),
@@ -555,7 +726,7 @@ export class PostgresStore implements Store {
         calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
       ],
     }, (r) => {
-      const fence = { accepted: r.o_accepted === true, highest: BigInt(r.o_highest) }
+      const fence = fenceResult(r)
       return fence.accepted ? { fence, claim: claimResult(r) } : { fence }
     })
   }
@@ -669,6 +840,71 @@ export class PostgresStore implements Store {
         name: 'fg_reap',
         text: `DELETE FROM ${this.#s}.fg_records_v1 WHERE (route, scope, key) IN (
           SELECT route, scope, key FROM ${this.#s}.fg_records_v1 WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+        values: [now, batch],
+      })
+      total += rowCount ?? 0
+      if ((rowCount ?? 0) < batch) break
+    }
+    return total
+  }
+
+  // ------------------------------------------------- fencing.serialize: store (registrations)
+
+  /** register and unregister batches, made on first use */
+  #registrationBatches?: { register: (c: RegisterCall) => Promise<Registration>; unregister: (c: UnregisterCall) => Promise<void> }
+  get #registrations() {
+    return (this.#registrationBatches ??= (() => {
+      const batches = { maxInFlight: Math.max(1, Math.floor((this.#pool.options.max ?? 10) / 4)), isolate: refusedAndRolledBack }
+      return {
+        register: batcher((calls: readonly RegisterCall[]) => this.#many<{ o_i: number; o_registered: boolean; o_highest: string | null; o_oldest: string | null; o_until: string }, Registration>(calls.length, {
+          name: 'fg_register_many',
+          text: `SELECT * FROM ${this.#s}.fg_register_many_v1($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[])`,
+          values: [calls.map((c) => c.resource), calls.map((c) => c.token.toString()), calls.map((c) => c.id), calls.map((c) => c.deadline), calls.map((c) => c.now)],
+        }, (r) => !r.o_registered
+          ? { registered: false, highest: BigInt(r.o_highest!) }
+          : r.o_oldest === null ? { registered: true, until: 0 } : { registered: true, oldest: BigInt(r.o_oldest), until: Number(r.o_until) }), batches),
+        unregister: batcher(async (calls: readonly UnregisterCall[]) => {
+          await this.#pool.query({
+            name: 'fg_unregister_many',
+            text: `SELECT ${this.#s}.fg_unregister_many_v1($1::text[], $2::text[], $3::bigint[])`,
+            values: [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.until)],
+          })
+          return calls.map(() => undefined)
+        }, batches),
+      }
+    })())
+  }
+
+  /** See `Store.register` and registrationsSchemaSql. Group-committed like the fences. */
+  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
+    return this.#run('register', () => this.#registrations.register({ resource, token, id, deadline, now }).catch((e) => { throw registrationsMissing(e) }))
+  }
+
+  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
+    return this.#run('older_registered', async () => {
+      const { rows } = await this.#pool.query<{ oldest: string | null; until: string }>({
+        name: 'fg_older_registered',
+        text: `SELECT min(token)::text AS oldest, coalesce(max(deadline), 0)::text AS until FROM ${this.#s}.fg_registrations_v1
+          WHERE resource = $1 AND token < $2 AND deadline > $3`,
+        values: [resource, token.toString(), now],
+      }).catch((e) => { throw registrationsMissing(e) })
+      const r = rows[0]
+      return r.oldest === null ? { until: 0 } : { oldest: BigInt(r.oldest), until: Number(r.until) }
+    })
+  }
+
+  unregister(resource: string, id: string, until = 0): Promise<void> {
+    return this.#run('unregister', () => this.#registrations.unregister({ resource, id, until: Math.max(0, Math.floor(until)) }).catch((e) => { throw registrationsMissing(e) }))
+  }
+
+  /** Deletes expired registrations (a crashed replica's), `batch` at a time, skipping rows another transaction holds. */
+  async reapRegistrations(now: number, batch = 1000, maxBatches = 10): Promise<number> {
+    let total = 0
+    for (let i = 0; i < maxBatches && !this.#closed; i++) {
+      const { rowCount } = await this.#pool.query({
+        name: 'fg_registrations_reap',
+        text: `DELETE FROM ${this.#s}.fg_registrations_v1 WHERE (resource, id) IN (
+          SELECT resource, id FROM ${this.#s}.fg_registrations_v1 WHERE deadline <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
         values: [now, batch],
       })
       total += rowCount ?? 0

@@ -10,6 +10,15 @@
  * Key layout (every key is its own hash tag, so records and marks spread over a cluster's slots
  * and every script but one touches exactly one key):
  *   {fg:<prefix>:f:<resource>}               string: the high-water mark, decimal; never expires
+ *   {fg:<prefix>:f:<resource>}s              string: "<mark> <epoch ms>", when the mark was first
+ *                                            accepted (same hash tag, so same slot); never expires;
+ *                                            read only while its mark still matches (a mark raised
+ *                                            by a gateway older than it leaves it behind)
+ *   {fg:<prefix>:f:<resource>}w              hash: `fencing.serialize: store`'s registrations of
+ *                                            the resource, id → "<token> <deadline ms>" (same hash
+ *                                            tag as the mark: REGISTER reads the mark and writes
+ *                                            here in one script, on a cluster too); PEXPIRE = its
+ *                                            latest deadline + 60 s, so a crashed replica's go
  *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
  *   {fg:<prefix>:accepted}                   string: the epoch an operator accepted after a loss
@@ -64,8 +73,10 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
-import { aggregate, inTimeline, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
+import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
+import type { OlderWrites, Registration } from './types.js'
+import { olderOf, type Registered } from './registrations.js'
 
 export interface RedisStoreOptions {
   /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated */
@@ -92,8 +103,9 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number
 }
 
-// KEYS[1] = fence key; ARGV[1] = token (canonical decimal), ARGV[2] = '1': rewrite an equal
-// mark (a write, so that a WAIT after it covers the mark). Returns {accepted 0|1, highest}.
+// KEYS[1] = fence key, KEYS[2] = its since key; ARGV[1] = token (canonical decimal), ARGV[2] =
+// '1': rewrite an equal mark (a write, so that a WAIT after it covers the mark), ARGV[3] = now
+// (epoch ms). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
 const FENCE = `
 local function lt(a, b)
   if #a ~= #b then return #a < #b end
@@ -103,17 +115,25 @@ local function lt(a, b)
   end
   return false
 end
+local function since(mark)
+  local v = redis.call('GET', KEYS[2])
+  if not v then return '' end
+  local sp = string.find(v, ' ', 1, true)
+  if not sp or string.sub(v, 1, sp - 1) ~= mark then return '' end
+  return string.sub(v, sp + 1)
+end
 local t = ARGV[1]
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  if lt(t, cur) then return {0, cur} end
+  if lt(t, cur) then return {0, cur, since(cur), 0} end
   if t == cur then
     if ARGV[2] == '1' then redis.call('SET', KEYS[1], t) end
-    return {1, cur}
+    return {1, cur, since(cur), 0}
   end
 end
 redis.call('SET', KEYS[1], t)
-return {1, t}
+redis.call('SET', KEYS[2], t .. ' ' .. ARGV[3])
+return {1, t, ARGV[3], 1}
 `
 
 // KEYS[1] = record key; ARGV = fingerprint, claimId, leaseUntil, expiresAt, ttlMs, retry (1|0), now.
@@ -166,8 +186,9 @@ end
 return {'unknown', reason}
 `
 
-// KEYS[1] = fence key, KEYS[2] = record key; ARGV[1] = token, ARGV[2..8] = CLAIM's ARGV.
-// FENCE, and CLAIM only when it accepts. Returns {accepted 0|1, highest, CLAIM's answer...}.
+// KEYS[1] = fence key, KEYS[2] = record key, KEYS[3] = the fence's since key; ARGV[1] = token,
+// ARGV[2..8] = CLAIM's ARGV (ARGV[8] is now, also the since of a mark FENCE raises).
+// FENCE, and CLAIM only when it accepts. Returns {accepted 0|1, highest, since, raised, CLAIM's answer...}.
 // Its two keys hash to two cluster slots: one Redis (with replicas) runs it; on a cluster the
 // store runs FENCE and CLAIM in turn instead.
 const ADMIT = `
@@ -177,11 +198,10 @@ end
 local function claim(KEYS, ARGV)
 ${CLAIM}
 end
-local f = fence({KEYS[1]}, {ARGV[1]})
+local f = fence({KEYS[1], KEYS[3]}, {ARGV[1], '0', ARGV[8]})
 if f[1] == 0 then return f end
 local c = claim({KEYS[2]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
-table.insert(c, 1, f[2])
-table.insert(c, 1, f[1])
+for i = 4, 1, -1 do table.insert(c, 1, f[i]) end
 return c
 `
 
@@ -249,26 +269,83 @@ redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1])
 return #ARGV - 1
 `
 
+// `fencing.serialize: store` (src/fencing/window.ts). KEYS[1] = fence key, KEYS[2] = the
+// resource's registrations (same hash tag: one slot); ARGV = token, id, deadline, now.
+// Registers `id` unless the mark is above the token — read in the same script, so no fence runs
+// between the read and the write — deletes the expired registrations it comes across, and
+// answers {1, lowest older token ('' none), latest deadline of the older ones (0 none)} or
+// {0, highest}. Safe to run twice (the same id is written again).
+const REGISTER = `
+local function lt(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+local t, now = ARGV[1], tonumber(ARGV[4])
+local cur = redis.call('GET', KEYS[1])
+if cur and lt(t, cur) then return {0, cur} end
+redis.call('HSET', KEYS[2], ARGV[2], t .. ' ' .. ARGV[3])
+local all = redis.call('HGETALL', KEYS[2])
+local oldest, untl, last = false, 0, 0
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local sp = string.find(v, ' ', 1, true)
+  local tok, dl = string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
+  if dl <= now then
+    redis.call('HDEL', KEYS[2], all[i])
+  else
+    if dl > last then last = dl end
+    if lt(tok, t) then
+      if not oldest or lt(tok, oldest) then oldest = tok end
+      if dl > untl then untl = dl end
+    end
+  end
+end
+if last > 0 then redis.call('PEXPIRE', KEYS[2], math.floor(last - now) + 60000) end
+return {1, oldest or '', untl}
+`
+
+// KEYS[1] = the resource's registrations; ARGV = id, until ('0': delete), now. Deletes the
+// registration, or keeps it until `until`. Returns 1 when it was there.
+const UNREGISTER = `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+if ARGV[2] == '0' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+local sp = string.find(v, ' ', 1, true)
+redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, sp - 1) .. ' ' .. ARGV[2])
+local want = math.floor(tonumber(ARGV[2]) - tonumber(ARGV[3])) + 60000
+if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
+return 1
+`
+
 /** A script as the explicit cluster path sends it: EVALSHA, EVAL after NOSCRIPT. */
 interface Script { name: string; lua: string; sha: string; keys: number }
 const script = (name: string, lua: string, keys: number): Script => ({ name, lua, keys, sha: createHash('sha1').update(lua).digest('hex') })
 const SCRIPTS = {
-  fgFence: script('fgFence', FENCE, 1),
+  fgFence: script('fgFence', FENCE, 2),
   fgClaim: script('fgClaim', CLAIM, 1),
-  fgAdmit: script('fgAdmit', ADMIT, 2),
+  fgAdmit: script('fgAdmit', ADMIT, 3),
   fgFinish: script('fgFinish', FINISH, 1),
   fgRelease: script('fgRelease', RELEASE, 1),
   fgRenew: script('fgRenew', RENEW, 1),
   fgResolve: script('fgResolve', RESOLVE, 1),
   fgAudit: script('fgAudit', AUDIT, 1),
+  fgRegister: script('fgRegister', REGISTER, 2),
+  fgUnregister: script('fgUnregister', UNREGISTER, 1),
 } as const
 
 /** The scripts as ioredis commands: defineCommand loads each once, then EVALSHA (EVAL again on NOSCRIPT). */
 interface ScriptCommands {
-  fgFence(key: string, token: string, touch: string): Promise<[number, string]>
+  fgFence(key: string, sinceKey: string, token: string, touch: string, now: string): Promise<FenceReply>
   fgClaimBuffer(key: string, ...args: string[]): Promise<Buffer[]>
   fgFinish(key: string, ...args: (string | Buffer)[]): Promise<number>
-  fgAdmitBuffer(fenceKey: string, recordKey: string, ...args: string[]): Promise<[number, Buffer, ...Buffer[]]>
+  fgAdmitBuffer(fenceKey: string, recordKey: string, sinceKey: string, ...args: string[]): Promise<[number, Buffer, Buffer, number, ...Buffer[]]>
   fgRelease(key: string, claimId: string): Promise<number>
   fgRenew(key: string, claimId: string, leaseUntil: string): Promise<number>
   fgAudit(key: string, minId: string, ...entries: string[]): Promise<number>
@@ -372,8 +449,17 @@ function claimReply(r: Buffer[]): ClaimResult {
   }
 }
 
-/** FENCE's answer. */
-const fenceReply = (r: [number, string | Buffer]): FenceResult => ({ accepted: Number(r[0]) === 1, highest: BigInt(r[1].toString()) })
+/** FENCE's answer: accepted, highest, since ('' unknown), raised. */
+type FenceReply = [number, string | Buffer, string | Buffer, number]
+
+/** FENCE's answer as a FenceResult. */
+const fenceReply = (r: FenceReply): FenceResult => {
+  const out: FenceResult = { accepted: Number(r[0]) === 1, highest: BigInt(r[1].toString()) }
+  const since = r[2].toString()
+  if (since !== '') out.since = Number(since)
+  if (Number(r[3]) === 1) out.raised = true
+  return out
+}
 
 // ------------------------------------------------------------------ WAIT
 
@@ -525,6 +611,11 @@ export class RedisStore implements Store {
       timeline: (filter, since, limit) => this.#run('audit_timeline', async () => {
         const out: AuditEntry[] = []
         await this.#auditScan(since, (e) => { if (e.time >= since && inTimeline(e, filter)) out.push(e) })
+        return out.sort((a, b) => a.time - b.time).slice(-limit)
+      }),
+      fenced: (since, until, route, limit) => this.#run('audit_fenced', async () => {
+        const out: AuditEntry[] = []
+        await this.#auditScan(since, (e) => { if (fencedIn(e, since, until, route)) out.push(e) })
         return out.sort((a, b) => a.time - b.time).slice(-limit)
       }),
     }
@@ -727,17 +818,33 @@ export class RedisStore implements Store {
 
   // -------------------------------------------------------------- operations
 
-  fence(resource: string, token: bigint): Promise<FenceResult> {
+  fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
     return this.#run('fence', async () => {
-      const r = await this.#write<[number, string]>('fence', SCRIPTS.fgFence, [this.#key('f', resource)], [token.toString(), this.#replicas ? '1' : '0'], false, (x) => Number(x[0]) === 1)
+      const r = await this.#write<FenceReply>('fence', SCRIPTS.fgFence, this.#fenceKeys(resource), [token.toString(), this.#replicas ? '1' : '0', String(now)], false, (x) => Number(x[0]) === 1)
       return fenceReply(r)
     })
+  }
+
+  /** The mark's key and its since key (one hash tag: one slot). */
+  #fenceKeys(resource: string): [string, string] {
+    const k = this.#key('f', resource)
+    return [k, `${k}s`]
   }
 
   highest(resource: string): Promise<bigint | undefined> {
     return this.#run('highest', async () => {
       const v = await this.#redis.get(this.#key('f', resource))
       return v === null ? undefined : BigInt(v)
+    })
+  }
+
+  /** One MGET (both keys in one slot); a since written for another mark is not this mark's. */
+  mark(resource: string): Promise<FenceMark | undefined> {
+    return this.#run('mark', async () => {
+      const [v, s] = await this.#redis.mget(...this.#fenceKeys(resource))
+      if (v === null) return undefined
+      const sp = s?.indexOf(' ') ?? -1
+      return sp > 0 && s!.slice(0, sp) === v ? { highest: BigInt(v), since: Number(s!.slice(sp + 1)) } : { highest: BigInt(v) }
     })
   }
 
@@ -764,21 +871,22 @@ export class RedisStore implements Store {
     return this.#run('admit', async () => {
       if (!this.cluster) {
         try {
-          const r = await this.#write<[number, Buffer, ...Buffer[]]>('admit', SCRIPTS.fgAdmit, [this.#key('f', fence.resource), this.#recordKey(key)], [fence.token.toString(), ...claimArgs(req, now)], true,
-            (x) => Number(x[0]) === 1 && x[2].toString() === 'claimed')
-          const result = fenceReply([r[0], r[1]])
-          return result.accepted ? { fence: result, claim: claimReply(r.slice(2) as Buffer[]) } : { fence: result }
+          const [fenceKey, sinceKey] = this.#fenceKeys(fence.resource)
+          const r = await this.#write<[number, Buffer, Buffer, number, ...Buffer[]]>('admit', SCRIPTS.fgAdmit, [fenceKey, this.#recordKey(key), sinceKey], [fence.token.toString(), ...claimArgs(req, now)], true,
+            (x) => Number(x[0]) === 1 && x[4].toString() === 'claimed')
+          const result = fenceReply([r[0], r[1], r[2], r[3]])
+          return result.accepted ? { fence: result, claim: claimReply(r.slice(4) as Buffer[]) } : { fence: result }
         } catch (e) {
           if (e instanceof ReplicaShortfall) {
             const x = e.result as Buffer[]
-            if (Number(x[0]) === 1) await this.#giveBack(key, req, now, claimReply(x.slice(2)))
+            if (Number(x[0]) === 1) await this.#giveBack(key, req, now, claimReply(x.slice(4)))
           }
           throw e
         }
       }
       const sent = this.#replicas
-        ? await this.#send<[number, string]>(SCRIPTS.fgFence, [this.#key('f', fence.resource)], [fence.token.toString(), '1'], false)
-        : { conn: this.#redis, result: await this.#call<[number, string]>(SCRIPTS.fgFence, [this.#key('f', fence.resource)], [fence.token.toString(), '0'], false) }
+        ? await this.#send<FenceReply>(SCRIPTS.fgFence, this.#fenceKeys(fence.resource), [fence.token.toString(), '1', String(now)], false)
+        : { conn: this.#redis, result: await this.#call<FenceReply>(SCRIPTS.fgFence, this.#fenceKeys(fence.resource), [fence.token.toString(), '0', String(now)], false) }
       const fenced = fenceReply(sent.result)
       if (!fenced.accepted) return { fence: fenced }
       const fenceAcked = this.#replicas ? this.#acked('admit', sent.conn, sent.result) : undefined
@@ -947,6 +1055,45 @@ export class RedisStore implements Store {
         start = `(${page[page.length - 1][0]}`
       }
     }))
+  }
+
+  // ------------------------------------------------- fencing.serialize: store (registrations)
+
+  /** The hash of `resource`'s registrations: the mark's hash tag, so one slot with it. */
+  #registrationsKey(resource: string): string {
+    return `${this.#key('f', resource)}w`
+  }
+
+  /** REGISTER (see there); with `replicas`, a registration counts once they have it too. */
+  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
+    return this.#run('register', async () => {
+      const r = await this.#write<[number, string, number]>('register', SCRIPTS.fgRegister, [this.#key('f', resource), this.#registrationsKey(resource)],
+        [token.toString(), id, String(deadline), String(now)], false, (x) => Number(x[0]) === 1)
+      if (Number(r[0]) !== 1) return { registered: false, highest: BigInt(String(r[1])) }
+      const oldest = String(r[1])
+      return oldest === '' ? { registered: true, until: 0 } : { registered: true, oldest: BigInt(oldest), until: Number(r[2]) }
+    })
+  }
+
+  /** One HGETALL, read here. */
+  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
+    return this.#run('older_registered', async () => {
+      const all = await this.#redis.hgetall(this.#registrationsKey(resource))
+      const writes: Registered[] = []
+      for (const v of Object.values(all)) {
+        const sp = v.indexOf(' ')
+        if (sp > 0) writes.push({ token: BigInt(v.slice(0, sp)), deadline: Number(v.slice(sp + 1)) })
+      }
+      return olderOf(writes, token, now)
+    })
+  }
+
+  /** A hold (`until`) is waited for like a registration; a deletion is not (one lost in a failover only holds until its deadline). */
+  unregister(resource: string, id: string, until = 0): Promise<void> {
+    return this.#run('unregister', async () => {
+      await this.#write<number>('unregister', SCRIPTS.fgUnregister, [this.#registrationsKey(resource)], [id, String(Math.max(0, Math.floor(until))), String(Date.now())], false,
+        (n) => until > 0 && Number(n) === 1)
+    })
   }
 
   /** One server: PING. Cluster: the cluster's own state is ok, every slot has a master, and every master answers. */

@@ -25,9 +25,10 @@ import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db, type Statement } from 'better-sqlite3'
 import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
 import { recordId, parseRecordId } from './memory.js'
-import { StoreError, type AdmitResult, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord, type UnknownReason } from './types.js'
-import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, timelineSql } from '../audit/sql.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord, type UnknownReason } from './types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../audit/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog } from '../audit/types.js'
+import type { OlderWrites, Registration } from './types.js'
 
 export interface SqliteStoreOptions {
   /** database file; its folder is created when missing */
@@ -73,7 +74,7 @@ interface RecordRow {
 // The schema version is in the table names, so a future layout can sit beside this one.
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fg_meta_v1 (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS fg_fences_v1 (resource TEXT PRIMARY KEY, highest INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fg_fences_v1 (resource TEXT PRIMARY KEY, highest INTEGER NOT NULL, since INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fg_records_v1 (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, fingerprint TEXT NOT NULL, claim_id TEXT NOT NULL,
   lease_until INTEGER NOT NULL, expires_at INTEGER NOT NULL,
@@ -86,10 +87,20 @@ CREATE TABLE IF NOT EXISTS fg_audit_v1 (
   resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
   abandoned INTEGER NOT NULL DEFAULT 0, duplicate INTEGER NOT NULL DEFAULT 0, overtaken INTEGER NOT NULL DEFAULT 0,
   status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT, request_id TEXT,
-  reason TEXT, actor TEXT
+  reason TEXT, actor TEXT, upstream_ms REAL, late_ms REAL, highest_token TEXT
 );
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON fg_audit_v1 (route, key_hash, time);
+`
+
+// `fencing.serialize: store`: the forwarded fenced writes registered by every process sharing the
+// file (src/fencing/window.ts); a row counts while its deadline (epoch ms) is ahead
+const REGISTRATIONS_SCHEMA = `
+CREATE TABLE IF NOT EXISTS fg_registrations_v1 (
+  resource TEXT NOT NULL, id TEXT NOT NULL, token INTEGER NOT NULL, deadline INTEGER NOT NULL,
+  PRIMARY KEY (resource, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS fg_registrations_v1_deadline ON fg_registrations_v1 (deadline);
 `
 
 const toRecord = (r: RecordRow | undefined): IdemRecord | undefined => r && {
@@ -136,13 +147,14 @@ export class SqliteStore implements Store {
   readonly #db: Db
   readonly #fenceUp: Statement
   readonly #fenceGet: Statement
+  readonly #markGet: Statement
   readonly #recGet: Statement
   readonly #recPut: Statement
   readonly #recDel: Statement
   readonly #renew: Statement
   readonly #unknowns: Statement
   readonly #reap: Statement
-  readonly #fenceOp: (resource: string, token: bigint) => FenceResult
+  readonly #fenceOp: (resource: string, token: bigint, now: number) => FenceResult
   readonly #claimOp: (id: string, req: ClaimRequest, now: number) => ClaimResult
   readonly #admitOp: (fence: FenceRequest, id: string, req: ClaimRequest, now: number) => AdmitResult
   readonly #finishOp: (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => void
@@ -173,9 +185,15 @@ export class SqliteStore implements Store {
       this.#db.pragma('journal_mode = WAL')
       this.#db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
       this.#db.exec(SCHEMA)
+      this.#db.exec(REGISTRATIONS_SCHEMA)
       // a file made before the attempt log kept request ids, or operators' reasons
       const columns = new Set((this.#db.pragma('table_info(fg_audit_v1)') as { name: string }[]).map((c) => c.name))
-      for (const c of ['request_id', 'reason', 'actor']) if (!columns.has(c)) this.#db.exec(`ALTER TABLE fg_audit_v1 ADD COLUMN ${c} TEXT`)
+      for (const c of ['request_id', 'reason', 'actor', 'highest_token']) if (!columns.has(c)) this.#db.exec(`ALTER TABLE fg_audit_v1 ADD COLUMN ${c} TEXT`)
+      // … or effect durations and stale writers' lateness (fencegate leases)
+      for (const c of ['upstream_ms', 'late_ms']) if (!columns.has(c)) this.#db.exec(`ALTER TABLE fg_audit_v1 ADD COLUMN ${c} REAL`)
+      // a file made before the marks kept when they were first accepted: those marks have none
+      const fenceColumns = new Set((this.#db.pragma('table_info(fg_fences_v1)') as { name: string }[]).map((c) => c.name))
+      if (!fenceColumns.has('since')) this.#db.exec('ALTER TABLE fg_fences_v1 ADD COLUMN since INTEGER')
       this.#db.prepare('INSERT OR IGNORE INTO fg_meta_v1 (name, value) VALUES (?, ?)').run('epoch', randomUUID())
       this.epoch = (this.#db.prepare("SELECT value FROM fg_meta_v1 WHERE name = 'epoch'").get() as { value: string }).value
       this.#path = path
@@ -189,11 +207,10 @@ export class SqliteStore implements Store {
     const db = this.#db
     this.#metaGet = db.prepare('SELECT value FROM fg_meta_v1 WHERE name = ?').pluck()
     this.#metaPut = db.prepare('INSERT OR REPLACE INTO fg_meta_v1 (name, value) VALUES (?, ?)')
-    // RETURNING yields no row when the WHERE refuses the update: the token was stale.
-    this.#fenceUp = db.prepare(`INSERT INTO fg_fences_v1 (resource, highest) VALUES (?, ?)
-      ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest WHERE excluded.highest >= fg_fences_v1.highest
-      RETURNING highest`).safeIntegers(true)
+    // run inside the batch's BEGIN IMMEDIATE transaction: the read and the write are one check-and-set
+    this.#fenceUp = db.prepare('INSERT OR REPLACE INTO fg_fences_v1 (resource, highest, since) VALUES (?, ?, ?)')
     this.#fenceGet = db.prepare('SELECT highest FROM fg_fences_v1 WHERE resource = ?').safeIntegers(true)
+    this.#markGet = db.prepare('SELECT highest, since FROM fg_fences_v1 WHERE resource = ?').safeIntegers(true)
     this.#recGet = db.prepare('SELECT * FROM fg_records_v1 WHERE id = ?')
     this.#recPut = db.prepare(`INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason)
       VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason)`)
@@ -206,10 +223,15 @@ export class SqliteStore implements Store {
     this.#reap = db.prepare('DELETE FROM fg_records_v1 WHERE id IN (SELECT id FROM fg_records_v1 WHERE expires_at <= ? LIMIT 1000)')
 
     const get = (id: string) => toRecord(this.#recGet.get(id) as RecordRow | undefined)
-    const fenceOp = (resource: string, token: bigint): FenceResult => {
-      const row = this.#fenceUp.get(resource, token) as { highest: bigint } | undefined
-      if (row) return { accepted: true, highest: row.highest }
-      return { accepted: false, highest: (this.#fenceGet.get(resource) as { highest: bigint }).highest }
+    // an equal token is accepted without a write: the mark and its since stay
+    const fenceOp = (resource: string, token: bigint, now: number): FenceResult => {
+      const row = this.#markGet.get(resource) as { highest: bigint; since: bigint | null } | undefined
+      if (row && token <= row.highest) {
+        const since = row.since === null ? undefined : Number(row.since)
+        return { accepted: token === row.highest, highest: row.highest, since }
+      }
+      this.#fenceUp.run(resource, token, now)
+      return { accepted: true, highest: token, since: now, raised: true }
     }
     const claimOp = (id: string, req: ClaimRequest, now: number): ClaimResult => {
       const { result, write } = decideClaim(get(id), req, now)
@@ -217,7 +239,7 @@ export class SqliteStore implements Store {
       return result
     }
     this.#admitOp = (fence: FenceRequest, id: string, req: ClaimRequest, now: number): AdmitResult => {
-      const result = fenceOp(fence.resource, fence.token)
+      const result = fenceOp(fence.resource, fence.token, now)
       return result.accepted ? { fence: result, claim: claimOp(id, req, now) } : { fence: result }
     }
     const finishOp = (id: string, claimId: string, done: Completion, ttlMs: number, now: number) => {
@@ -359,8 +381,8 @@ export class SqliteStore implements Store {
     return new StoreError(`sqlite ${op}: ${why}`, op, { cause: e })
   }
 
-  fence(resource: string, token: bigint): Promise<FenceResult> {
-    return this.#write('fence', () => this.#fenceOp(resource, token))
+  fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
+    return this.#write('fence', () => this.#fenceOp(resource, token, now))
   }
 
   /** fence and claim as one operation of the group commit: nothing else runs between them */
@@ -370,6 +392,13 @@ export class SqliteStore implements Store {
 
   highest(resource: string): Promise<bigint | undefined> {
     return this.#run('highest', () => (this.#fenceGet.get(resource) as { highest: bigint } | undefined)?.highest)
+  }
+
+  mark(resource: string): Promise<FenceMark | undefined> {
+    return this.#run('mark', () => {
+      const row = this.#markGet.get(resource) as { highest: bigint; since: bigint | null } | undefined
+      return row && { highest: row.highest, since: row.since === null ? undefined : Number(row.since) }
+    })
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
@@ -405,9 +434,14 @@ export class SqliteStore implements Store {
     })
   }
 
+  /** The connection's own journal_mode and synchronous (0 off, 1 normal, 2 full, 3 extra): what `fencegate doctor` reports. */
+  settings(): { journalMode: string; synchronous: number } {
+    return { journalMode: String(this.#db.pragma('journal_mode', { simple: true })), synchronous: Number(this.#db.pragma('synchronous', { simple: true })) }
+  }
+
   /** Deletes up to 1000 expired records; returns how many. */
   reap(now: number): number {
-    return this.#reap.run(now).changes
+    return this.#reap.run(now).changes + this.#registrations.reap.run(now).changes
   }
 
   markers(): Promise<StateMarkers> {
@@ -437,6 +471,40 @@ export class SqliteStore implements Store {
     return this.#run('ping', () => this.#pingTx())
   }
 
+  /** `fencing.serialize: store`: its statements, prepared on first use */
+  #registrationStatements?: RegistrationStatements
+  get #registrations(): RegistrationStatements {
+    return (this.#registrationStatements ??= registrationStatements(this.#db))
+  }
+
+  /**
+   * One operation of the group commit, in its BEGIN IMMEDIATE transaction: the mark read and the
+   * registration written hold SQLite's write lock together, so no fence of any process sharing the
+   * file runs between them.
+   */
+  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
+    return this.#write('register', (): Registration => {
+      const st = this.#registrations
+      const highest = st.mark.get(resource) as bigint | undefined
+      if (highest !== undefined && token < highest) return { registered: false, highest }
+      st.dropExpired.run(resource, now)
+      st.put.run(resource, id, token, deadline)
+      return { registered: true, ...st.older(resource, token, now) }
+    })
+  }
+
+  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
+    return this.#run('older_registered', () => this.#registrations.older(resource, token, now))
+  }
+
+  unregister(resource: string, id: string, until = 0): Promise<void> {
+    return this.#write('unregister', () => {
+      const st = this.#registrations
+      if (until > 0) st.hold.run(until, resource, id)
+      else st.drop.run(resource, id)
+    })
+  }
+
   async close(): Promise<void> {
     if (this.#reaper) clearInterval(this.#reaper)
     // what was asked before close() still commits, or fails once its time is up
@@ -445,6 +513,28 @@ export class SqliteStore implements Store {
       if (this.#pending.length) await new Promise((r) => setTimeout(r, this.#pause))
     }
     if (this.#db.open) this.#db.close()
+  }
+}
+
+type RegistrationStatements = ReturnType<typeof registrationStatements>
+
+/** The statements of `register`, `olderRegistered` and `unregister` (fg_registrations_v1). */
+function registrationStatements(db: Db) {
+  const older = db.prepare(`SELECT min(token) AS oldest, max(deadline) AS until FROM fg_registrations_v1
+    WHERE resource = ? AND token < ? AND deadline > ?`).safeIntegers(true)
+  return {
+    mark: db.prepare('SELECT highest FROM fg_fences_v1 WHERE resource = ?').pluck().safeIntegers(true),
+    dropExpired: db.prepare('DELETE FROM fg_registrations_v1 WHERE resource = ? AND deadline <= ?'),
+    put: db.prepare(`INSERT INTO fg_registrations_v1 (resource, id, token, deadline) VALUES (?, ?, ?, ?)
+      ON CONFLICT (resource, id) DO UPDATE SET token = excluded.token, deadline = excluded.deadline`),
+    hold: db.prepare('UPDATE fg_registrations_v1 SET deadline = ? WHERE resource = ? AND id = ?'),
+    drop: db.prepare('DELETE FROM fg_registrations_v1 WHERE resource = ? AND id = ?'),
+    reap: db.prepare(`DELETE FROM fg_registrations_v1 WHERE (resource, id) IN (
+      SELECT resource, id FROM fg_registrations_v1 WHERE deadline <= ? LIMIT 1000)`),
+    older: (resource: string, token: bigint, now: number): OlderWrites => {
+      const r = older.get(resource, token, now) as { oldest: bigint | null; until: bigint | null }
+      return r.oldest === null ? { until: 0 } : { oldest: r.oldest, until: Number(r.until) }
+    },
   }
 }
 
@@ -464,6 +554,10 @@ function sqliteAuditLog(db: Db, retentionMs: number, run: <T>(op: string, fn: ()
     append: (batch) => write('audit_append', () => append(batch)),
     timeline: (filter, since, limit) => run('audit_timeline', () => {
       const q = timelineSql('fg_audit_v1', () => '?', filter, since, limit)
+      return (db.prepare(q.text).all(...q.values) as Record<string, unknown>[]).map(entryFromRow)
+    }),
+    fenced: (since, until, route, limit) => run('audit_fenced', () => {
+      const q = fencedSql('fg_audit_v1', () => '?', since, until, route, limit)
       return (db.prepare(q.text).all(...q.values) as Record<string, unknown>[]).map(entryFromRow)
     }),
     query: (since, until, route) => run('audit_query', (): AuditCounts[] =>

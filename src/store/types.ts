@@ -7,6 +7,8 @@
  *   comparison and the write, across every gateway process sharing the store.
  * - `claim` is a single check-and-set on the record key: of N concurrent claims of one key at
  *   most one returns `claimed`.
+ * - `register` reads the resource's mark and writes the registration with no `fence` of that
+ *   resource in between, from any process (`fencing.serialize: store`, src/fencing/window.ts).
  * - `complete`, `release` and `markUnknown` act only when the record is still held by the
  *   claim that names it (`claimId`): a claim taken over after its lease ended cannot be
  *   overwritten by the holder that lost it.
@@ -22,10 +24,25 @@ import type { UnknownReason } from '../facts.js'
 /** Store kinds from the config (contract §2); also the `store` label in metrics. */
 export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
 
-/** Result of a fencing check-and-set. `highest` is the high-water mark after the call. */
-export interface FenceResult {
-  accepted: boolean
+/** A resource's high-water mark as the store keeps it. */
+export interface FenceMark {
   highest: bigint
+  /**
+   * epoch ms (the clock of the gateway that raised the mark) when `highest` was first accepted:
+   * when the lease generation it names took over. Undefined for a mark written before fencegate
+   * kept it (or, on redis, by an older gateway sharing the store).
+   */
+  since?: number
+}
+
+/**
+ * Result of a fencing check-and-set. `highest` is the high-water mark after the call and `since`
+ * when it was first accepted — on a refusal, how long ago the stale writer was superseded.
+ */
+export interface FenceResult extends FenceMark {
+  accepted: boolean
+  /** set when this call raised the mark (or set the first one): a new lease generation began */
+  raised?: true
 }
 
 /** A fencing check: the filled resource template and the request's token. */
@@ -139,18 +156,23 @@ export interface Store {
   /**
    * Fencing check-and-set (contract §3): accept iff `token >= highest`, and then set
    * `highest := token`, atomically. A resource seen for the first time accepts any token.
+   * When it raises the mark (or sets the first), `now` is kept with it as `since`, atomically.
    * @param resource the filled resource template
    * @param token 0 ≤ token ≤ 2^63−1
+   * @param now epoch ms, the `since` of a mark this call raises; default Date.now()
    */
-  fence(resource: string, token: bigint): Promise<FenceResult>
+  fence(resource: string, token: bigint, now?: number): Promise<FenceResult>
   /**
    * `fence`, and — only when it accepts — `claim`, as one call: one round trip where the store
    * allows it (postgres: one function; memory and sqlite: one atomic section). A stale token
-   * leaves the key untouched, as when the two calls are made one after the other.
+   * leaves the key untouched, as when the two calls are made one after the other. `now` is also
+   * the `since` of a mark the fence raises.
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult>
   /** Read the high-water mark of a resource, or undefined when none was accepted yet. */
   highest(resource: string): Promise<bigint | undefined>
+  /** Read the high-water mark and its `since`, or undefined when none was accepted yet. Reading never writes. */
+  mark(resource: string): Promise<FenceMark | undefined>
   /**
    * Claim an idempotency key atomically (draft-ietf-httpapi-idempotency-key-header §2.6).
    * An in-flight record past its lease counts as an attempt whose outcome is unknown
@@ -184,6 +206,23 @@ export interface Store {
    * admin `GET /unknown` and the `fencegate_unknown_outcomes_unresolved` gauge read it.
    */
   unknowns(now: number, options?: { route?: string; limit?: number }): Promise<UnknownRecord[]>
+  /**
+   * `fencing.serialize: store` (src/fencing/window.ts): registers the forwarded fenced write `id`
+   * with `token` on `resource` until `deadline` (epoch ms) — atomically with reading the
+   * resource's high-water mark: when `token` is below it nothing is written and the answer is
+   * `registered: false` (a newer token was accepted since this one's fence). Registering an `id`
+   * again replaces its token and deadline. Answers, as `olderRegistered` would right after the
+   * write, the registrations of the resource with a lower token still live at `now`.
+   */
+  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration>
+  /** The registrations of `resource` with a token below `token` still live at `now` (deadline > now). Reading never writes. */
+  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites>
+  /**
+   * Ends the registration `id` of `resource`: deletes it, or — with `until` > 0 — keeps it until
+   * `until` (epoch ms) whatever its deadline was (an unknown outcome the upstream may still
+   * apply; a request that must stay registered longer). A no-op when it is gone.
+   */
+  unregister(resource: string, id: string, until?: number): Promise<void>
   /** The attempt log kept by this store (contract §8). */
   readonly audit: AuditLog
   /**
@@ -204,6 +243,19 @@ export interface Store {
   /** Flush and close connections or files; further calls reject. */
   close(): Promise<void>
 }
+
+/**
+ * Older fenced writes of a resource still registered (`Store.register`, `fencing.serialize: store`):
+ * `oldest` is the lowest token below the asked one whose registration has not expired (undefined
+ * when none), `until` the latest deadline among those registrations (epoch ms; 0 when none).
+ */
+export interface OlderWrites {
+  oldest?: bigint
+  until: number
+}
+
+/** What `Store.register` did: registered (and what older writes it found), or refused because the mark passed the token. */
+export type Registration = ({ registered: true } & OlderWrites) | { registered: false; highest: bigint }
 
 /** See `Store.markers`. */
 export interface StateMarkers {

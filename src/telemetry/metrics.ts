@@ -37,7 +37,7 @@ export const RELOAD_RESULTS = ['applied', 'refused'] as const
  * counts. A new store operation belongs here too, or its first error is invisible to alerts
  * (test/dashboard.test.ts compares this list with guardStore's calls).
  */
-export const STORE_OPS = ['fence', 'highest', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'markers', 'accept_loss', 'ping'] as const
+export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'markers', 'accept_loss', 'ping', 'register', 'older_registered', 'unregister'] as const
 /** The methods a route without `match.methods` is counted under at start-up (the config's method list). */
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
 
@@ -170,6 +170,8 @@ export function createMetrics(version: string) {
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
     auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries) or store_error (the store refused the batch).', labelNames: ['reason'] as const, registers: [registry] }),
     unknownUnresolved: new Gauge({ name: 'fencegate_unknown_outcomes_unresolved', help: 'Idempotency records now in the unknown state (sent upstream, no complete response, not yet resolved or expired), as the store holds them: the same number on every gateway sharing the store. Settle each with `fencegate unknown` and `fencegate resolve`.', labelNames: ['route'] as const, registers: [registry] }),
+    fencingGenerations: new Counter({ name: 'fencegate_fencing_generations_total', help: 'Fencing check-and-sets that raised a resource\'s high-water mark (or set its first): new lease generations, how often leases change hands.', labelNames: ['route'] as const, registers: [registry] }),
+    idempotencyLease: new Gauge({ name: 'fencegate_idempotency_lease_seconds', help: 'The route\'s configured idempotency.lease, seconds: shown beside the observed effect durations (fencegate leases).', labelNames: ['route'] as const, registers: [registry], aggregator: 'max' }),
     staleLateness: new TimedHistogram({ name: 'fencegate_fencing_stale_lateness_seconds', help: 'How long after the superseding token\'s first acceptance a stale write came (412), seconds: how far behind a superseded lease holder was.', labelNames: ['route'] as const, buckets: LATENESS_BUCKETS, registers: [registry] }),
     storeStateLost: new Gauge({ name: 'fencegate_store_state_lost', help: '1 while the store has lost its state (epoch marker changed or missing) and no operator accepted it; fenced and idempotent routes answer 503.', labelNames: ['store'] as const, registers: [registry] }),
     storeStateLosses: new Counter({ name: 'fencegate_store_state_losses_total', help: 'Times the store was found to have lost its state (contract §3).', labelNames: ['store'] as const, registers: [registry] }),
@@ -210,11 +212,13 @@ export function createMetrics(version: string) {
     if (r.fencing) {
       for (const reason of FENCING_REASONS) m.fencingRejections.inc({ route, reason }, 0)
       m.fencingOvertaken.inc({ route }, 0)
+      m.fencingGenerations.inc({ route }, 0)
       zeroOnce(m.staleLateness, { route })
     }
     if (r.idempotency) {
       for (const result of IDEMPOTENCY_RESULTS) m.idempotency.inc({ route, result }, 0)
       m.duplicateForwards.inc({ route }, 0)
+      m.idempotencyLease.set({ route }, r.idempotency.lease / 1000)
     }
   }
   /**

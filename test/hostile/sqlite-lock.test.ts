@@ -251,8 +251,8 @@ describe('SqliteStore under another process\'s write lock', () => {
     const claimed = gateway.claim({ route: 'r', scope: 's', key: 'k' }, { fingerprint: 'f', claimId: 'c1', leaseMs: 1, ttlMs: 60_000, retryUnknown: false }, 1000)
     const t0 = performance.now()
     const resolved = outcome(cli.resolve(crashed, 'failed', 60_000, 5000))
-    expect(await high).toEqual({ accepted: true, highest: 5n })
-    expect(await low).toEqual({ accepted: false, highest: 5n })
+    expect(await high).toMatchObject({ accepted: true, highest: 5n })
+    expect(await low).toMatchObject({ accepted: false, highest: 5n })
     expect((await claimed).kind).toBe('claimed')
     // the CLI's resolve waited for the lock (300 ms, about 260 of them left at t0), then went through
     const r = await resolved

@@ -12,6 +12,8 @@
  */
 import { afterEach, describe, expect, test } from 'vitest'
 import type { AuditEntry } from '../../src/audit/types.js'
+import { randomUUID } from 'node:crypto'
+import type { Registration } from '../../src/store/types.js'
 import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
@@ -114,65 +116,65 @@ export function describeStoreConformance(
     describe('fence', () => {
       test('the first token on a fresh resource is accepted', async () => {
         const s = await open()
-        expect(await s.fence('res/a', 42n)).toEqual({ accepted: true, highest: 42n })
-        expect(await s.fence('res/zero', 0n)).toEqual({ accepted: true, highest: 0n })
+        expect(await s.fence('res/a', 42n)).toMatchObject({ accepted: true, highest: 42n })
+        expect(await s.fence('res/zero', 0n)).toMatchObject({ accepted: true, highest: 0n })
       })
 
       test('a token equal to the mark is accepted', async () => {
         const s = await open()
         await s.fence('res/a', 7n)
-        expect(await s.fence('res/a', 7n)).toEqual({ accepted: true, highest: 7n })
+        expect(await s.fence('res/a', 7n)).toMatchObject({ accepted: true, highest: 7n })
         expect(await s.highest('res/a')).toBe(7n)
       })
 
       test('a lower token is rejected with highest = the mark, and the mark stays', async () => {
         const s = await open()
         await s.fence('res/a', 10n)
-        expect(await s.fence('res/a', 9n)).toEqual({ accepted: false, highest: 10n })
-        expect(await s.fence('res/a', 0n)).toEqual({ accepted: false, highest: 10n })
+        expect(await s.fence('res/a', 9n)).toMatchObject({ accepted: false, highest: 10n })
+        expect(await s.fence('res/a', 0n)).toMatchObject({ accepted: false, highest: 10n })
         expect(await s.highest('res/a')).toBe(10n)
       })
 
       test('a higher token is accepted and raises the mark', async () => {
         const s = await open()
         await s.fence('res/a', 10n)
-        expect(await s.fence('res/a', 11n)).toEqual({ accepted: true, highest: 11n })
+        expect(await s.fence('res/a', 11n)).toMatchObject({ accepted: true, highest: 11n })
         expect(await s.highest('res/a')).toBe(11n)
-        expect(await s.fence('res/a', 10n)).toEqual({ accepted: false, highest: 11n })
+        expect(await s.fence('res/a', 10n)).toMatchObject({ accepted: false, highest: 11n })
       })
 
       test('resources are independent', async () => {
         const s = await open()
         await s.fence('res/a', 100n)
-        expect(await s.fence('res/b', 1n)).toEqual({ accepted: true, highest: 1n })
-        expect(await s.fence('res/a', 50n)).toEqual({ accepted: false, highest: 100n })
-        expect(await s.fence('res/b', 2n)).toEqual({ accepted: true, highest: 2n })
+        expect(await s.fence('res/b', 1n)).toMatchObject({ accepted: true, highest: 1n })
+        expect(await s.fence('res/a', 50n)).toMatchObject({ accepted: false, highest: 100n })
+        expect(await s.fence('res/b', 2n)).toMatchObject({ accepted: true, highest: 2n })
         expect(await s.highest('res/a')).toBe(100n)
         expect(await s.highest('res/b')).toBe(2n)
         // a resource that is a prefix of another is still its own resource
-        expect(await s.fence('res', 1n)).toEqual({ accepted: true, highest: 1n })
+        expect(await s.fence('res', 1n)).toMatchObject({ accepted: true, highest: 1n })
       })
 
       test('2^63-1 is stored and compared exactly; 2^63-2 after it is rejected', async () => {
         const s = await open()
         const r = await s.fence('res/max', MAX_I64)
-        expect(r).toEqual({ accepted: true, highest: MAX_I64 })
+        expect(r).toMatchObject({ accepted: true, highest: MAX_I64 })
         expect(typeof r.highest).toBe('bigint')
         expect(await s.highest('res/max')).toBe(MAX_I64)
-        expect(await s.fence('res/max', MAX_I64 - 1n)).toEqual({ accepted: false, highest: MAX_I64 })
-        expect(await s.fence('res/max', MAX_I64)).toEqual({ accepted: true, highest: MAX_I64 })
+        expect(await s.fence('res/max', MAX_I64 - 1n)).toMatchObject({ accepted: false, highest: MAX_I64 })
+        expect(await s.fence('res/max', MAX_I64)).toMatchObject({ accepted: true, highest: MAX_I64 })
         expect(await s.highest('res/max')).toBe(MAX_I64)
       })
 
       test('2^53+1 and 2^53 are told apart (no float rounding)', async () => {
         const s = await open()
         const p53 = 2n ** 53n
-        expect(await s.fence('res/down', p53 + 1n)).toEqual({ accepted: true, highest: p53 + 1n })
-        expect(await s.fence('res/down', p53)).toEqual({ accepted: false, highest: p53 + 1n })
+        expect(await s.fence('res/down', p53 + 1n)).toMatchObject({ accepted: true, highest: p53 + 1n })
+        expect(await s.fence('res/down', p53)).toMatchObject({ accepted: false, highest: p53 + 1n })
         expect(await s.highest('res/down')).toBe(p53 + 1n)
 
-        expect(await s.fence('res/up', p53)).toEqual({ accepted: true, highest: p53 })
-        expect(await s.fence('res/up', p53 + 1n)).toEqual({ accepted: true, highest: p53 + 1n })
+        expect(await s.fence('res/up', p53)).toMatchObject({ accepted: true, highest: p53 })
+        expect(await s.fence('res/up', p53 + 1n)).toMatchObject({ accepted: true, highest: p53 + 1n })
         expect(await s.highest('res/up')).toBe(p53 + 1n)
       })
 
@@ -196,7 +198,7 @@ export function describeStoreConformance(
           else expect(r.highest > sent[i], `token ${sent[i]} rejected with highest ${r.highest}`).toBe(true)
         })
         // the largest token can never be rejected
-        expect(results[sent.indexOf(100n)]).toEqual({ accepted: true, highest: 100n })
+        expect(results[sent.indexOf(100n)]).toMatchObject({ accepted: true, highest: 100n })
       }
 
       test('100 shuffled tokens at once: the mark ends at the max, every rejection names a higher mark', async () => {
@@ -211,7 +213,7 @@ export function describeStoreConformance(
         const results = await Promise.all([
           s.fence('res/b', 5n), s.fence('res/a', 9n), s.fence('res/b', 3n), s.fence('res/a', 9n), s.fence('res/b', 7n), s.fence('res/a', 1n),
         ])
-        expect(results).toEqual([
+        expect(results).toMatchObject([
           { accepted: true, highest: 5n }, { accepted: true, highest: 9n }, { accepted: false, highest: 5n },
           { accepted: true, highest: 9n }, { accepted: true, highest: 7n }, { accepted: false, highest: 9n },
         ])
@@ -221,11 +223,11 @@ export function describeStoreConformance(
         test('two clients on the same state: sequential fences see each other', async () => {
           const a = await open()
           const b = await openSecond()
-          expect(await a.fence('res/shared', 10n)).toEqual({ accepted: true, highest: 10n })
+          expect(await a.fence('res/shared', 10n)).toMatchObject({ accepted: true, highest: 10n })
           expect(await b.highest('res/shared')).toBe(10n)
-          expect(await b.fence('res/shared', 9n)).toEqual({ accepted: false, highest: 10n })
-          expect(await b.fence('res/shared', 12n)).toEqual({ accepted: true, highest: 12n })
-          expect(await a.fence('res/shared', 11n)).toEqual({ accepted: false, highest: 12n })
+          expect(await b.fence('res/shared', 9n)).toMatchObject({ accepted: false, highest: 10n })
+          expect(await b.fence('res/shared', 12n)).toMatchObject({ accepted: true, highest: 12n })
+          expect(await a.fence('res/shared', 11n)).toMatchObject({ accepted: false, highest: 12n })
           expect(await a.highest('res/shared')).toBe(12n)
         })
 
@@ -373,15 +375,15 @@ export function describeStoreConformance(
     describe('admit (fence, then claim when it accepts, as one call)', () => {
       test('a fresh resource and key: accepted and claimed', async () => {
         const s = await open()
-        expect(await s.admit({ resource: 'res/adm', token: 4n }, key('adm-1'), req('a'), T0)).toEqual({ fence: { accepted: true, highest: 4n }, claim: { kind: 'claimed' } })
+        expect(await s.admit({ resource: 'res/adm', token: 4n }, key('adm-1'), req('a'), T0)).toEqual({ fence: { accepted: true, highest: 4n, since: T0, raised: true }, claim: { kind: 'claimed' } })
         expect(await s.highest('res/adm')).toBe(4n)
         expect((await s.claim(key('adm-1'), req('b'), T0 + 1)).kind).toBe('in_flight')
       })
 
       test('a stale token: refused with the mark, and the key is left untouched', async () => {
         const s = await open()
-        await s.fence('res/adm', 9n)
-        expect(await s.admit({ resource: 'res/adm', token: 3n }, key('adm-2'), req('a'), T0)).toEqual({ fence: { accepted: false, highest: 9n } })
+        await s.fence('res/adm', 9n, T0 - 5000)
+        expect(await s.admit({ resource: 'res/adm', token: 3n }, key('adm-2'), req('a'), T0)).toEqual({ fence: { accepted: false, highest: 9n, since: T0 - 5000 } })
         expect(await s.claim(key('adm-2'), req('b'), T0 + 1)).toEqual({ kind: 'claimed' })
       })
 
@@ -395,7 +397,7 @@ export function describeStoreConformance(
         const winner = results.indexOf(claimed[0])
         await s.finish(key('adm-3'), `c${winner}`, { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
         const again = await s.admit({ resource: 'res/adm', token: 49n }, key('adm-3'), req('z'), T0 + 2)
-        expect(again.fence).toEqual({ accepted: true, highest: 49n })
+        expect(again.fence).toMatchObject({ accepted: true, highest: 49n })
         expectResponse(again.claim!, sampleResponse())
       })
     })
@@ -672,6 +674,62 @@ export function describeStoreConformance(
       })
     })
 
+    describe('since (when the mark was first accepted, kept with it)', () => {
+      test('the first token and every higher one set it; an equal token keeps it; a refusal reports it', async () => {
+        const s = await open()
+        expect(await s.fence('res/since', 5n, T0)).toEqual({ accepted: true, highest: 5n, since: T0, raised: true })
+        expect(await s.fence('res/since', 5n, T0 + 100)).toEqual({ accepted: true, highest: 5n, since: T0 })
+        expect(await s.fence('res/since', 4n, T0 + 200)).toEqual({ accepted: false, highest: 5n, since: T0 })
+        expect(await s.fence('res/since', 7n, T0 + 300)).toEqual({ accepted: true, highest: 7n, since: T0 + 300, raised: true })
+        expect(await s.fence('res/since', 5n, T0 + 400)).toEqual({ accepted: false, highest: 7n, since: T0 + 300 })
+        expect(await s.mark('res/since')).toEqual({ highest: 7n, since: T0 + 300 })
+        expect(await s.highest('res/since')).toBe(7n)
+        expect(await s.mark('res/never')).toBeUndefined()
+        // resources keep their own
+        expect(await s.fence('res/since2', 1n, T0 + 500)).toEqual({ accepted: true, highest: 1n, since: T0 + 500, raised: true })
+        expect(await s.mark('res/since')).toEqual({ highest: 7n, since: T0 + 300 })
+      })
+
+      test('2^63-1 keeps its since too', async () => {
+        const s = await open()
+        expect(await s.fence('res/since-max', MAX_I64, T0)).toEqual({ accepted: true, highest: MAX_I64, since: T0, raised: true })
+        expect(await s.fence('res/since-max', MAX_I64 - 1n, T0 + 1)).toEqual({ accepted: false, highest: MAX_I64, since: T0 })
+      })
+
+      test('admit: the fence takes admit\'s now as since; a stale token reports it and leaves the key alone', async () => {
+        const s = await open()
+        expect(await s.admit({ resource: 'res/since-adm', token: 3n }, key('sa-1'), req('a'), T0)).toEqual({ fence: { accepted: true, highest: 3n, since: T0, raised: true }, claim: { kind: 'claimed' } })
+        expect(await s.admit({ resource: 'res/since-adm', token: 3n }, key('sa-2'), req('b'), T0 + 50)).toEqual({ fence: { accepted: true, highest: 3n, since: T0 }, claim: { kind: 'claimed' } })
+        expect(await s.admit({ resource: 'res/since-adm', token: 2n }, key('sa-3'), req('c'), T0 + 60)).toEqual({ fence: { accepted: false, highest: 3n, since: T0 } })
+        expect((await s.claim(key('sa-3'), req('d'), T0 + 61)).kind).toBe('claimed')
+        expect(await s.mark('res/since-adm')).toEqual({ highest: 3n, since: T0 })
+      })
+
+      test('100 shuffled tokens at once, each with its own now: the mark ends with the since of the call that raised it to the max', async () => {
+        const s = await open()
+        const tokens = shuffled(Array.from({ length: 100 }, (_, i) => BigInt(i + 1)), 0xc0ffee)
+        const results = await Promise.all(tokens.map((t) => s.fence('res/since-race', t, T0 + Number(t))))
+        results.forEach((r, i) => {
+          if (r.raised) expect(r).toEqual({ accepted: true, highest: tokens[i], since: T0 + Number(tokens[i]), raised: true })
+          else if (!r.accepted) expect(r.since! > T0 + Number(tokens[i])).toBe(true)
+        })
+        expect(results[tokens.indexOf(100n)]).toEqual({ accepted: true, highest: 100n, since: T0 + 100, raised: true })
+        expect(await s.mark('res/since-race')).toEqual({ highest: 100n, since: T0 + 100 })
+      })
+
+      if (options.makeSecond) {
+        test('two clients on the same state: the since one wrote is what the other reads and reports', async () => {
+          const a = await open()
+          const b = await openSecond()
+          expect(await a.fence('res/since-shared', 10n, T0)).toMatchObject({ accepted: true, since: T0, raised: true })
+          expect(await b.fence('res/since-shared', 9n, T0 + 5)).toEqual({ accepted: false, highest: 10n, since: T0 })
+          expect(await b.mark('res/since-shared')).toEqual({ highest: 10n, since: T0 })
+          expect(await b.fence('res/since-shared', 11n, T0 + 9)).toMatchObject({ accepted: true, since: T0 + 9, raised: true })
+          expect(await a.fence('res/since-shared', 10n, T0 + 10)).toEqual({ accepted: false, highest: 11n, since: T0 + 9 })
+        })
+      }
+    })
+
     describe('audit log', () => {
       const now = Date.now()
       const at = (ms: number, over: Partial<AuditEntry>): AuditEntry => ({ time: now + ms, kind: 'attempt', replica: 'host:1', route: 'pay', ...over })
@@ -704,7 +762,7 @@ export function describeStoreConformance(
 
       test('timeline: the entries of some key hashes or of one resource, oldest first, every field kept, capped at the newest `limit`', async () => {
         const s = await open()
-        const full = at(-900, { method: 'POST', outcome: 'outcome_unknown', keyHash: 'k1', token: '33', resource: 'account:a', fingerprint: 'fp', result: 'stored', unknown: 'timeout', abandoned: true, duplicate: true, overtaken: true, status: 504, upstreamStatus: 201, durationMs: 2.25, traceId: 'ab'.repeat(16), requestId: 'req-7f3a' })
+        const full = at(-900, { method: 'POST', outcome: 'outcome_unknown', keyHash: 'k1', token: '33', resource: 'account:a', fingerprint: 'fp', result: 'stored', unknown: 'timeout', abandoned: true, duplicate: true, overtaken: true, status: 504, upstreamStatus: 201, durationMs: 2.25, upstreamMs: 1.5, lateMs: 41000.25, highestToken: '34', traceId: 'ab'.repeat(16), requestId: 'req-7f3a' })
         await s.audit.append([
           at(-7_200_000, { outcome: 'forwarded', keyHash: 'k1' }), // before `since`
           at(-1000, { outcome: 'forwarded', keyHash: 'k2', resource: 'account:b' }),
@@ -721,6 +779,28 @@ export function describeStoreConformance(
         expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'] }, since, 2)).map((e) => e.time - now)).toEqual([-700, -600])
         expect(await s.audit.timeline({ keyHashes: ['none'] }, since, 100)).toEqual([])
         expect(await s.audit.timeline({}, since, 100)).toEqual([])
+      })
+
+      test('fenced: the fenced attempts of a window, oldest first, only the route\'s when asked, capped at the newest `limit`', async () => {
+        const s = await open()
+        const write = at(-900, { method: 'POST', outcome: 'forwarded', resource: 'account:a', token: '33', status: 201, upstreamStatus: 201, upstreamMs: 12.25, durationMs: 14 })
+        const late = at(-700, { method: 'POST', outcome: 'stale', resource: 'account:a', token: '32', status: 412, lateMs: 41_000 })
+        await s.audit.append([
+          at(-7_200_000, { outcome: 'forwarded', resource: 'account:a', token: '1' }), // before the window
+          at(-1000, { outcome: 'forwarded', keyHash: 'k1' }), // not fenced
+          write,
+          at(-800, { outcome: 'forwarded', resource: 'account:b', token: '2', route: 'other' }),
+          late,
+          { time: now - 600, kind: 'resolve', replica: 'cli:1', route: 'pay', keyHash: 'k1', resolution: 'failed', resource: 'account:a' },
+          at(+5000, { outcome: 'forwarded', resource: 'account:a', token: '34' }), // after the window
+        ])
+        const got = await s.audit.fenced(now - 3_600_000, now, 'pay', 100)
+        expect(got.map((e) => e.time - now)).toEqual([-900, -700])
+        expect(got[0]).toMatchObject({ resource: 'account:a', token: '33', outcome: 'forwarded', status: 201, upstreamStatus: 201, upstreamMs: 12.25 })
+        expect(got[1]).toMatchObject({ resource: 'account:a', token: '32', outcome: 'stale', status: 412, lateMs: 41_000 })
+        expect((await s.audit.fenced(now - 3_600_000, now, undefined, 100)).map((e) => e.time - now)).toEqual([-900, -800, -700])
+        expect((await s.audit.fenced(now - 3_600_000, now, undefined, 2)).map((e) => e.time - now)).toEqual([-800, -700])
+        expect(await s.audit.fenced(now - 3_600_000, now, 'nothing', 100)).toEqual([])
       })
 
       test('unknown outcomes count as resolved once a resolve entry for the key follows them', async () => {
@@ -765,6 +845,159 @@ export function describeStoreConformance(
       })
     })
 
+    describe('registrations (fencing.serialize: store)', () => {
+      // a resource of its own per call: the registrations table is not emptied between tests everywhere
+      const fresh = (name: string) => `reg/${name}/${randomUUID()}`
+      const D = T0 + 60_000 // a deadline well ahead of every `now` below
+
+      test('a write registers when the mark is at or below its token (or there is none); with nothing older, no oldest', async () => {
+        const s = await open()
+        const r = fresh('first')
+        await s.fence(r, 5n)
+        expect(await s.register(r, 5n, 'a', D, T0)).toEqual({ registered: true, until: 0 })
+        expect(await s.register(r, 9n, 'b', D, T0)).toEqual({ registered: true, oldest: 5n, until: D })
+        expect(await s.register(fresh('unmarked'), 1n, 'x', D, T0)).toEqual({ registered: true, until: 0 })
+      })
+
+      test('the answer names the lowest older token and the latest deadline among the older ones; equal and newer tokens are not older', async () => {
+        const s = await open()
+        const r = fresh('older')
+        await s.fence(r, 3n)
+        await s.register(r, 3n, 'a', T0 + 10_000, T0)
+        expect(await s.register(r, 3n, 'a2', T0 + 20_000, T0)).toEqual({ registered: true, until: 0 })
+        await s.fence(r, 4n)
+        await s.register(r, 4n, 'b', T0 + 30_000, T0)
+        await s.fence(r, 5n)
+        expect(await s.register(r, 5n, 'c', T0 + 5_000, T0)).toEqual({ registered: true, oldest: 3n, until: T0 + 30_000 })
+        expect(await s.register(r, 5n, 'c2', T0 + 5_000, T0)).toEqual({ registered: true, oldest: 3n, until: T0 + 30_000 })
+        expect(await s.olderRegistered(r, 4n, T0)).toEqual({ oldest: 3n, until: T0 + 20_000 })
+        expect(await s.olderRegistered(r, 3n, T0)).toEqual({ until: 0 })
+        expect(await s.olderRegistered(r, 6n, T0)).toEqual({ oldest: 3n, until: T0 + 30_000 })
+      })
+
+      test('a token below the mark is refused with the mark, and nothing is written', async () => {
+        const s = await open()
+        const r = fresh('refused')
+        await s.fence(r, 7n)
+        expect(await s.register(r, 6n, 'late', D, T0)).toEqual({ registered: false, highest: 7n })
+        expect(await s.olderRegistered(r, 100n, T0)).toEqual({ until: 0 })
+        // the same write with the current token is registered
+        expect(await s.register(r, 7n, 'now', D, T0)).toEqual({ registered: true, until: 0 })
+      })
+
+      test('a registration counts until its deadline; the same id registered again is replaced', async () => {
+        const s = await open()
+        const r = fresh('expiry')
+        await s.register(r, 1n, 'a', T0 + 100, T0)
+        expect(await s.olderRegistered(r, 2n, T0 + 99)).toEqual({ oldest: 1n, until: T0 + 100 })
+        expect(await s.olderRegistered(r, 2n, T0 + 100)).toEqual({ until: 0 })
+        // an expired one is not reported by register either
+        expect(await s.register(r, 2n, 'b', T0 + 1_000, T0 + 200)).toEqual({ registered: true, until: 0 })
+        await s.register(r, 1n, 'a', T0 + 500, T0 + 200)
+        expect(await s.olderRegistered(r, 2n, T0 + 300)).toEqual({ oldest: 1n, until: T0 + 500 })
+        // replaced: one id, one registration
+        await s.register(r, 3n, 'a', T0 + 700, T0 + 300)
+        expect(await s.olderRegistered(r, 3n, T0 + 300)).toEqual({ oldest: 2n, until: T0 + 1_000 })
+        expect(await s.olderRegistered(r, 4n, T0 + 300)).toEqual({ oldest: 2n, until: T0 + 1_000 })
+      })
+
+      test('unregister deletes; with `until` it keeps the registration until then, whatever its deadline; an unknown id is a no-op', async () => {
+        const s = await open()
+        const r = fresh('unregister')
+        await s.register(r, 1n, 'a', D, T0)
+        await s.unregister(r, 'a')
+        expect(await s.olderRegistered(r, 2n, T0)).toEqual({ until: 0 })
+        await s.register(r, 1n, 'held', T0 + 100, T0)
+        await s.unregister(r, 'held', T0 + 5_000)
+        expect(await s.olderRegistered(r, 2n, T0 + 4_999)).toEqual({ oldest: 1n, until: T0 + 5_000 })
+        expect(await s.olderRegistered(r, 2n, T0 + 5_000)).toEqual({ until: 0 })
+        // a hold may also shorten it
+        const r2 = fresh('shortened')
+        await s.register(r2, 1n, 'short', D, T0)
+        await s.unregister(r2, 'short', T0 + 10)
+        expect(await s.olderRegistered(r2, 2n, T0 + 9)).toEqual({ oldest: 1n, until: T0 + 10 })
+        expect(await s.olderRegistered(r2, 2n, T0 + 10)).toEqual({ until: 0 })
+        await s.unregister(r, 'nobody')
+        await s.unregister(r, 'nobody', D)
+        expect(await s.olderRegistered(r, 100n, T0 + 5_000)).toEqual({ until: 0 })
+      })
+
+      test('registrations belong to their resource', async () => {
+        const s = await open()
+        const [r1, r2] = [fresh('one'), fresh('two')]
+        await s.register(r1, 1n, 'a', D, T0)
+        expect(await s.olderRegistered(r2, 2n, T0)).toEqual({ until: 0 })
+        expect(await s.register(r2, 2n, 'a', D, T0)).toEqual({ registered: true, until: 0 })
+        await s.unregister(r2, 'a')
+        expect(await s.olderRegistered(r1, 2n, T0)).toEqual({ oldest: 1n, until: D })
+      })
+
+      test('tokens compare exactly at the top of the range', async () => {
+        const s = await open()
+        const r = fresh('max')
+        await s.fence(r, MAX_I64 - 1n)
+        await s.register(r, MAX_I64 - 1n, 'a', D, T0)
+        await s.fence(r, MAX_I64)
+        expect(await s.register(r, MAX_I64, 'b', D, T0)).toEqual({ registered: true, oldest: MAX_I64 - 1n, until: D })
+        expect(await s.register(r, MAX_I64 - 1n, 'c', D, T0)).toEqual({ registered: false, highest: MAX_I64 })
+        expect(await s.olderRegistered(r, MAX_I64, T0)).toEqual({ oldest: MAX_I64 - 1n, until: D })
+        expect(await s.olderRegistered(r, MAX_I64 - 1n, T0)).toEqual({ until: 0 })
+      })
+
+      if (options.makeSecond) {
+        test('two clients on the same state: a registration made through one is seen, and ended, through the other', async () => {
+          const a = await open()
+          const b = await openSecond()
+          const r = fresh('shared')
+          await a.fence(r, 1n)
+          await a.register(r, 1n, 'a', D, T0)
+          await b.fence(r, 2n)
+          expect(await b.register(r, 2n, 'b', D, T0)).toEqual({ registered: true, oldest: 1n, until: D })
+          expect(await a.register(r, 1n, 'late', D, T0)).toEqual({ registered: false, highest: 2n })
+          await b.unregister(r, 'a')
+          expect(await a.olderRegistered(r, 2n, T0)).toEqual({ until: 0 })
+        })
+
+        test('two clients, 60 writes racing (fence, then register): no registered write misses an older registered one', async () => {
+          const a = await open()
+          const b = await openSecond()
+          const r = fresh('race')
+          const tokens = shuffled(Array.from({ length: 60 }, (_, i) => BigInt(i + 1)), 0x12)
+          const outcomes = await Promise.all(tokens.map(async (t, i): Promise<[bigint, Registration | undefined]> => {
+            const s = i % 2 ? b : a
+            const f = await s.fence(r, t)
+            return [t, f.accepted ? await s.register(r, t, `w${i}`, D, T0) : undefined]
+          }))
+          const registered = outcomes.filter(([, x]) => x?.registered) as [bigint, Registration & { registered: true }][]
+          expect(registered.length).toBeGreaterThanOrEqual(1)
+          for (const [t, answer] of registered) {
+            const older = registered.filter(([u]) => u < t).map(([u]) => u)
+            if (older.length === 0) continue
+            const lowest = older.reduce((m, u) => (u < m ? u : m))
+            // every registered older write was there when this one registered: the lowest of them at least
+            expect(answer.oldest, `token ${t} registered without seeing older ${older.join(',')}`).toBeDefined()
+            expect(answer.oldest! <= lowest).toBe(true)
+          }
+          // and every write refused at registration was below a mark a newer registered write had raised
+          for (const [t, x] of outcomes) if (x && !x.registered) expect(x.highest > t).toBe(true)
+        })
+      }
+
+      test('after close() the registration calls reject with StoreError', async () => {
+        const s = await open()
+        await s.close()
+        for (const [op, call] of [
+          ['register', () => s.register('res/a', 1n, 'a', D, T0)],
+          ['older_registered', () => s.olderRegistered('res/a', 1n, T0)],
+          ['unregister', () => s.unregister('res/a', 'a')],
+        ] as [string, () => Promise<unknown>][]) {
+          const err = await call().then(() => undefined, (e: unknown) => e)
+          expect(err, `${op} after close()`).toBeInstanceOf(StoreError)
+          expect((err as StoreError).op, `${op} after close()`).toBe(op)
+        }
+      })
+    })
+
     describe('close', () => {
       test('every call after close() rejects with StoreError', async () => {
         const s = await open()
@@ -775,6 +1008,7 @@ export function describeStoreConformance(
         const calls: [string, () => Promise<unknown>][] = [
           ['fence', () => s.fence('res/a', 2n)],
           ['highest', () => s.highest('res/a')],
+          ['mark', () => s.mark('res/a')],
           ['claim', () => s.claim(key(), req('c2'), T0 + 1)],
           ['admit', () => s.admit({ resource: 'res/a', token: 3n }, key('after-close'), req('c3'), T0 + 1)],
           ['finish', () => s.finish(key(), 'c1', { kind: 'not_stored', status: 200 }, 60_000, T0 + 1)],

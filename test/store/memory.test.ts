@@ -8,8 +8,8 @@ describeStoreConformance('memory', async () => new MemoryStore())
 describe('MemoryStore', () => {
   test('maxResources reached: a new resource is refused with StoreError, existing ones still work', async () => {
     const s = new MemoryStore({ maxResources: 2 })
-    expect(await s.fence('res/a', 10n)).toEqual({ accepted: true, highest: 10n })
-    expect(await s.fence('res/b', 20n)).toEqual({ accepted: true, highest: 20n })
+    expect(await s.fence('res/a', 10n)).toMatchObject({ accepted: true, highest: 10n })
+    expect(await s.fence('res/b', 20n)).toMatchObject({ accepted: true, highest: 20n })
 
     const err = await s.fence('res/c', 1n).then(() => undefined, (e: unknown) => e)
     expect(err).toBeInstanceOf(StoreError)
@@ -18,9 +18,9 @@ describe('MemoryStore', () => {
     expect(await s.highest('res/c')).toBeUndefined()
     await expect(s.fence('res/c', 5n)).rejects.toBeInstanceOf(StoreError)
 
-    expect(await s.fence('res/a', 11n)).toEqual({ accepted: true, highest: 11n })
-    expect(await s.fence('res/a', 9n)).toEqual({ accepted: false, highest: 11n })
-    expect(await s.fence('res/b', 20n)).toEqual({ accepted: true, highest: 20n })
+    expect(await s.fence('res/a', 11n)).toMatchObject({ accepted: true, highest: 11n })
+    expect(await s.fence('res/a', 9n)).toMatchObject({ accepted: false, highest: 11n })
+    expect(await s.fence('res/b', 20n)).toMatchObject({ accepted: true, highest: 20n })
     expect(await s.highest('res/a')).toBe(11n)
     expect(await s.highest('res/b')).toBe(20n)
     // idempotency records do not count against maxResources

@@ -30,8 +30,8 @@ describe('PostgresStore', () => {
     const s = await open()
     try {
       await admin.query(`INSERT INTO "${schema}".fg_fences_v1 (resource, highest) VALUES ('sql', 9223372036854775807)`)
-      expect(await s.fence('sql', 9223372036854775806n)).toEqual({ accepted: false, highest: 9223372036854775807n })
-      expect(await s.fence('sql', 9223372036854775807n)).toEqual({ accepted: true, highest: 9223372036854775807n })
+      expect(await s.fence('sql', 9223372036854775806n)).toMatchObject({ accepted: false, highest: 9223372036854775807n })
+      expect(await s.fence('sql', 9223372036854775807n)).toMatchObject({ accepted: true, highest: 9223372036854775807n })
       const { rows } = await admin.query(`SELECT pg_typeof(highest)::text AS t FROM "${schema}".fg_fences_v1 WHERE resource = 'sql'`)
       expect(rows[0].t).toBe('bigint')
     } finally {
@@ -48,7 +48,7 @@ describe('PostgresStore', () => {
       expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled'])
       expect((results[1] as PromiseRejectedResult).reason).toBeInstanceOf(StoreError)
       // retried in order: the lower token after the higher one is still stale
-      expect((results[3] as PromiseFulfilledResult<unknown>).value).toEqual({ accepted: false, highest: 1n })
+      expect((results[3] as PromiseFulfilledResult<unknown>).value).toMatchObject({ accepted: false, highest: 1n })
       expect(await s.highest('iso/b')).toBe(2n)
     } finally {
       await s.close()
@@ -87,6 +87,48 @@ describe('PostgresStore', () => {
     expect((err as Error).message).toContain('fencegate migrate')
   })
 
+  test('a schema made by an older fencegate (no v2 fence batches) stops open() with a message saying what to run; migrate brings it up to date', async () => {
+    const m = `${schema}_old`
+    try {
+      await migratePostgres({ url: URL, schema: m })
+      // what a migration of the version before left: no since, no v2 batches, no late_ms
+      await admin.query(`DROP FUNCTION "${m}".fg_admit_many_v2; DROP FUNCTION "${m}".fg_fence_many_v2;
+        ALTER TABLE "${m}".fg_audit_v1 DROP COLUMN late_ms, DROP COLUMN upstream_ms, DROP COLUMN highest_token; ALTER TABLE "${m}".fg_fences_v1 DROP COLUMN since`)
+      const err = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0 }).then(() => undefined, (e: unknown) => e)
+      expect(err).toBeInstanceOf(StoreError)
+      expect((err as Error).message).toMatch(/older fencegate: run `fencegate migrate/)
+      await admin.query(`INSERT INTO "${m}".fg_fences_v1 (resource, highest) VALUES ('kept', 8)`)
+      const s = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0, migrate: true })
+      try {
+        expect(await s.mark('kept')).toEqual({ highest: 8n })
+        expect(await s.fence('kept', 8n, T0)).toEqual({ accepted: true, highest: 8n })
+        expect(await s.fence('kept', 9n, T0 + 1)).toEqual({ accepted: true, highest: 9n, since: T0 + 1, raised: true })
+      } finally {
+        await s.close()
+      }
+    } finally {
+      await admin.query(`DROP SCHEMA IF EXISTS "${m}" CASCADE`)
+    }
+  })
+
+  test('a gateway from before since was kept (the v1 batches) still keeps it, on the database\'s clock, during a rolling upgrade', async () => {
+    const s = await open()
+    try {
+      const before = Date.now()
+      const { rows } = await admin.query(`SELECT * FROM "${schema}".fg_fence_many_v1(ARRAY['v1'], ARRAY[5]::bigint[])`)
+      expect(rows).toEqual([{ o_i: 1, o_accepted: true, o_highest: '5' }])
+      await admin.query(`SELECT * FROM "${schema}".fg_admit_many_v1(ARRAY['v1'], ARRAY[6]::bigint[], ARRAY['r'], ARRAY['s'], ARRAY['k'], ARRAY['fp'], ARRAY['c'], ARRAY[1]::bigint[], ARRAY[2]::bigint[], ARRAY[false], ARRAY[0]::bigint[])`)
+      const m = await s.mark('v1')
+      expect(m?.highest).toBe(6n)
+      expect(m!.since!).toBeGreaterThanOrEqual(before - 5000)
+      expect(m!.since!).toBeLessThanOrEqual(Date.now() + 5000)
+      expect(await s.fence('v1', 5n, T0)).toEqual({ accepted: false, highest: 6n, since: m!.since })
+    } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`)
+    }
+  })
+
   test('an unreachable server fails open() fast with StoreError', async () => {
     const t = Date.now()
     const err = await PostgresStore.open({ url: 'postgres://postgres@127.0.0.1:1/test', schema, reapIntervalMs: 0 }).then(() => undefined, (e: unknown) => e)
@@ -106,7 +148,7 @@ describe('PostgresStore', () => {
       // the claim either ran before the kill, or failed as a StoreError: nothing else
       if (r instanceof Error) expect(r).toBeInstanceOf(StoreError)
       await new Promise((ok) => setTimeout(ok, 50))
-      expect(await s.fence('kill', 2n)).toEqual({ accepted: true, highest: 2n })
+      expect(await s.fence('kill', 2n)).toMatchObject({ accepted: true, highest: 2n })
       await s.finish(key('x'), 'c', { kind: 'completed', response: sampleResponse() }, 1000, T0)
     } finally {
       await s.close()

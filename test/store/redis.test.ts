@@ -52,11 +52,15 @@ describe('RedisStore', () => {
       expect(keys).toEqual([
         `{fg:${p}:epoch}`,
         `{fg:${p}:f:account%3A%7B42%7D}`,
+        `{fg:${p}:f:account%3A%7B42%7D}s`,
         `{fg:${p}:r:payments:${'a'.repeat(64)}:k%3A1}`,
       ])
       expect(await admin.get(keys[1])).toBe('7')
       expect(await admin.pttl(keys[1])).toBe(-1)
-      const ttl = await admin.pttl(keys[2])
+      // when the mark was first accepted, tagged with the mark it belongs to; in the mark's slot
+      expect(await admin.get(keys[2])).toMatch(/^7 \d{13}$/)
+      expect(await admin.pttl(keys[2])).toBe(-1)
+      const ttl = await admin.pttl(keys[3])
       expect(ttl).toBeGreaterThan(55_000)
       expect(ttl).toBeLessThanOrEqual(60_000)
       expect(s.epoch).toMatch(/^[0-9a-f-]{36}$/)
@@ -72,9 +76,28 @@ describe('RedisStore', () => {
     try {
       // 2^63-1 and 2^63-2 are the same double; the script must still tell them apart
       await s.fence('r', 9223372036854775806n)
-      expect(await s.fence('r', 9223372036854775807n)).toEqual({ accepted: true, highest: 9223372036854775807n })
-      expect(await s.fence('r', 9223372036854775806n)).toEqual({ accepted: false, highest: 9223372036854775807n })
-      expect(await s.fence('r', 999999999999999999n)).toEqual({ accepted: false, highest: 9223372036854775807n })
+      expect(await s.fence('r', 9223372036854775807n)).toMatchObject({ accepted: true, highest: 9223372036854775807n })
+      expect(await s.fence('r', 9223372036854775806n)).toMatchObject({ accepted: false, highest: 9223372036854775807n })
+      expect(await s.fence('r', 999999999999999999n)).toMatchObject({ accepted: false, highest: 9223372036854775807n })
+    } finally {
+      await s.close()
+      await dropPrefix(`{fg:${p}:*`)
+    }
+  })
+
+  test('a since key left behind by a mark raised without it (an older gateway) is not reported as the new mark\'s', async () => {
+    const p = `${run}-since-old`
+    const s = await RedisStore.open({ url: URL, keyPrefix: p })
+    try {
+      expect(await s.fence('r', 5n, T0)).toEqual({ accepted: true, highest: 5n, since: T0, raised: true })
+      // an older gateway raises the mark with the old script: the since key still names 5
+      await admin.set(`{fg:${p}:f:r}`, '9')
+      expect(await s.fence('r', 9n, T0 + 10)).toEqual({ accepted: true, highest: 9n })
+      expect(await s.fence('r', 8n, T0 + 20)).toEqual({ accepted: false, highest: 9n })
+      expect(await s.mark('r')).toEqual({ highest: 9n })
+      // the next raise writes both again
+      expect(await s.fence('r', 10n, T0 + 30)).toEqual({ accepted: true, highest: 10n, since: T0 + 30, raised: true })
+      expect(await s.mark('r')).toEqual({ highest: 10n, since: T0 + 30 })
     } finally {
       await s.close()
       await dropPrefix(`{fg:${p}:*`)

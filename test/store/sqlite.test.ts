@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, test } from 'vitest'
+import Database from 'better-sqlite3'
 import { SqliteStore } from '../../src/store/sqlite.js'
 import type { Store } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
@@ -60,8 +61,8 @@ describe('SqliteStore', () => {
     const again = track(open(path))
     expect(again.epoch).toBe(epoch)
     expect(await again.highest('res/a')).toBe(9223372036854775807n)
-    expect(await again.fence('res/a', 9223372036854775806n)).toEqual({ accepted: false, highest: 9223372036854775807n })
-    expect(await again.fence('res/b', 2n ** 53n)).toEqual({ accepted: false, highest: 2n ** 53n + 1n })
+    expect(await again.fence('res/a', 9223372036854775806n)).toMatchObject({ accepted: false, highest: 9223372036854775807n })
+    expect(await again.fence('res/b', 2n ** 53n)).toMatchObject({ accepted: false, highest: 2n ** 53n + 1n })
     const r = await again.claim(key(), req('c3'), T0 + 20)
     expect(r.kind).toBe('completed')
     if (r.kind === 'completed') {
@@ -71,6 +72,27 @@ describe('SqliteStore', () => {
       expect(Buffer.compare(r.response.body, want.body)).toBe(0)
     }
     expect(await again.claim(key('k-unknown'), req('c4'), T0 + 20)).toEqual({ kind: 'unknown', reason: 'client_abort' })
+  })
+
+  test('a file made before marks kept their since, or the attempt log its effect durations: opened, the columns are added; old marks have no since', async () => {
+    const path = freshPath()
+    const old = new Database(path)
+    old.exec(`CREATE TABLE fg_meta_v1 (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+      CREATE TABLE fg_fences_v1 (resource TEXT PRIMARY KEY, highest INTEGER NOT NULL) WITHOUT ROWID;
+      CREATE TABLE fg_audit_v1 (time INTEGER NOT NULL, kind TEXT NOT NULL, replica TEXT NOT NULL, route TEXT NOT NULL, method TEXT,
+        resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
+        abandoned INTEGER NOT NULL DEFAULT 0, duplicate INTEGER NOT NULL DEFAULT 0, overtaken INTEGER NOT NULL DEFAULT 0,
+        status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT);
+      INSERT INTO fg_fences_v1 VALUES ('res/old', 12);`)
+    old.close()
+    const s = track(open(path))
+    expect(await s.mark('res/old')).toEqual({ highest: 12n })
+    expect(await s.fence('res/old', 12n, T0)).toEqual({ accepted: true, highest: 12n })
+    expect(await s.fence('res/old', 11n, T0)).toEqual({ accepted: false, highest: 12n })
+    expect(await s.fence('res/old', 13n, T0 + 1)).toEqual({ accepted: true, highest: 13n, since: T0 + 1, raised: true })
+    const entry = { time: Date.now(), kind: 'attempt' as const, replica: 'h:1', route: 'pay', resource: 'res/old', token: '13', outcome: 'forwarded' as const, upstreamMs: 12.5, lateMs: 3 }
+    await s.audit.append([entry])
+    expect(await s.audit.timeline({ resource: 'res/old' }, 0, 10)).toEqual([entry])
   })
 
   test('a fresh file gets a new epoch', async () => {
@@ -88,7 +110,7 @@ describe('SqliteStore', () => {
 
     await a.fence('res/a', 41n)
     expect(await b.highest('res/a')).toBe(41n)
-    expect(await b.fence('res/a', 40n)).toEqual({ accepted: false, highest: 41n })
+    expect(await b.fence('res/a', 40n)).toMatchObject({ accepted: false, highest: 41n })
 
     expect((await a.claim(key(), req('c1'), T0)).kind).toBe('claimed')
     expect(await b.claim(key(), req('c2'), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })

@@ -1,0 +1,268 @@
+// Issue 12 §2, the check-to-apply window across replicas: two gateways (A and B, in this
+// process, each with its own store client) share one store — a SQLite file, a Redis, a
+// PostgreSQL schema. Token 5 is slow on A, token 6 arrives on B. With `fencing.serialize: store`
+// the upstream applies 5 before 6; with `serialize: true` (this process only) it applies 6 then
+// 5, and neither replica can tell.
+import { randomUUID } from 'node:crypto'
+import { join } from 'node:path'
+import { rmSync } from 'node:fs'
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { Redis } from 'ioredis'
+import pg from 'pg'
+import { request } from 'undici'
+import { startUpstream, type Upstream, type Applied } from './helpers/upstream.js'
+import { startTestGateway, tempDir, type TestGateway } from './helpers/gateway.js'
+import { post, metrics, metric } from './helpers/http.js'
+import { SqliteStore } from '../src/store/sqlite.js'
+import { RedisStore } from '../src/store/redis.js'
+import { PostgresStore } from '../src/store/postgres.js'
+import type { Store } from '../src/store/types.js'
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const run = randomUUID().replaceAll('-', '').slice(0, 10)
+const P = 'urn:fencegate:problem:'
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+interface Shared {
+  kind: 'sqlite' | 'redis' | 'postgres'
+  /** the store block of the config */
+  store: string
+  /** another client on the same state: plays a replica that crashed */
+  client(): Promise<Store>
+  drop(): Promise<void>
+}
+
+const dir = tempDir('fg-window-')
+const stores: Shared[] = [
+  {
+    kind: 'sqlite',
+    store: `  kind: sqlite\n  path: ${join(dir, 'shared.db')}`,
+    client: async () => new SqliteStore({ path: join(dir, 'shared.db') }),
+    drop: async () => {},
+  },
+  {
+    kind: 'redis',
+    store: `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fgwin-${run}`,
+    client: () => RedisStore.open({ url: REDIS_URL, keyPrefix: `fgwin-${run}` }),
+    drop: async () => {
+      const r = new Redis(REDIS_URL)
+      let cursor = '0'
+      do {
+        const [next, keys] = await r.scan(cursor, 'MATCH', `{fg:fgwin-${run}:*`, 'COUNT', 1000)
+        cursor = next
+        if (keys.length) await r.del(...keys)
+      } while (cursor !== '0')
+      r.disconnect()
+    },
+  },
+  {
+    kind: 'postgres',
+    store: `  kind: postgres\n  url: ${PG_URL}\n  schema: fgwin_${run}\n  pool: 4`,
+    client: () => PostgresStore.open({ url: PG_URL, schema: `fgwin_${run}`, pool: 2, reapIntervalMs: 0 }),
+    drop: async () => {
+      const c = new pg.Client({ connectionString: PG_URL })
+      await c.connect()
+      await c.query(`DROP SCHEMA IF EXISTS fgwin_${run} CASCADE`)
+      await c.end()
+    },
+  },
+]
+
+const route = (name: string, serialize: string, extra = '', timeout = '2s') => `  - name: ${name}
+    match:
+      path: "/${name}/:res/*"
+    upstream:
+      url: @UP@
+      timeout: ${timeout}
+    fencing:
+      resource: "doc:{param.res}"
+      serialize: ${serialize}
+${extra}`
+
+let up: Upstream
+beforeAll(async () => { up = await startUpstream() })
+afterAll(async () => {
+  await up?.close()
+  rmSync(dir, { recursive: true, force: true })
+})
+
+describe.each(stores)('two replicas sharing $kind', (shared) => {
+  let a: TestGateway, b: TestGateway
+  let n = 0
+  const res = () => `${shared.kind}-${++n}-${Date.now()}`
+
+  const config = () => `store:
+${shared.store}
+routes:
+${route('store', 'store')}
+${route('local', 'true')}
+${route('short', 'store', '      serializeWait: 200ms\n')}
+${route('held', 'store', `      serializeWait: 3s
+    idempotency:
+      lease: 1500ms
+`, '300ms')}
+${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
+`.replaceAll('@UP@', up.url)
+
+  beforeAll(async () => {
+    a = await startTestGateway(config())
+    b = await startTestGateway(config())
+  })
+  afterAll(async () => {
+    await a?.close()
+    await b?.close()
+    await shared.drop()
+  })
+
+  /** What `/apply` saw for one resource, as "arrived 5", "applied 6", ... */
+  const events = (prefix: string) => up.applied.filter((x: Applied) => x.url.startsWith(prefix)).map((x) => `${x.event} ${x.token}`)
+  const write = (g: TestGateway, route: string, r: string, token: string, path = 'apply', headers: Record<string, string> = {}) =>
+    post(`${g.url}/${route}/${r}/${path}`, { token }, { 'fencing-token': token, ...headers })
+  async function until(check: () => boolean, what: string, ms = 3000): Promise<void> {
+    const deadline = Date.now() + ms
+    while (!check()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+      await sleep(5)
+    }
+  }
+
+  test('serialize: store — 5 slow on A, 6 on B: the upstream applies 5, then 6', async () => {
+    const r = res()
+    const slow = write(a, 'store', r, '5', 'apply?ms=400')
+    await until(() => events(`/store/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    const started = Date.now()
+    const six = await write(b, 'store', r, '6')
+    expect(six.status).toBe(201)
+    expect(Date.now() - started).toBeGreaterThanOrEqual(150) // B waited for A's 5
+    expect((await slow).status).toBe(201)
+    expect(events(`/store/${r}/`)).toEqual(['arrived 5', 'applied 5', 'arrived 6', 'applied 6'])
+  })
+
+  test('serialize: true — the same requests: B sends 6 at once and the upstream applies 6, then 5; neither replica counts it', async () => {
+    const r = res()
+    const slow = write(a, 'local', r, '5', 'apply?ms=400')
+    await until(() => events(`/local/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    expect((await write(b, 'local', r, '6')).status).toBe(201)
+    expect((await slow).status).toBe(201)
+    // the inversion `serialize: store` exists for: each replica only holds back its own requests
+    expect(events(`/local/${r}/`)).toEqual(['arrived 5', 'arrived 6', 'applied 6', 'applied 5'])
+    await sleep(50)
+    for (const g of [a, b]) expect(metric(await metrics(g.adminUrl), 'fencegate_fencing_overtaken_total', { route: 'local' })).toBe(0)
+  })
+
+  test('several tokens over both replicas go in token order', async () => {
+    const r = res()
+    const five = write(a, 'store', r, '5', 'apply?ms=200')
+    await until(() => events(`/store/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    const six = write(b, 'store', r, '6', 'apply?ms=100')
+    // 7 must be checked after 6 (else 6 is stale): a refused probe tells when the mark is 6
+    for (let i = 0; i < 200; i++) {
+      const probe = await write(a, 'store', r, '1')
+      if (probe.json().highestToken === '6') break
+      await sleep(5)
+    }
+    const seven = write(a, 'store', r, '7')
+    expect((await Promise.all([five, six, seven])).map((x) => x.status)).toEqual([201, 201, 201])
+    expect(events(`/store/${r}/`)).toEqual(['arrived 5', 'applied 5', 'arrived 6', 'applied 6', 'arrived 7', 'applied 7'])
+  })
+
+  test('the wait is bounded: 503 serialize-timeout with Retry-After within serializeWait + 50 ms, nothing forwarded', async () => {
+    const r = res()
+    const slow = write(a, 'short', r, '5', 'apply?ms=800')
+    await until(() => events(`/short/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    const started = Date.now()
+    const refused = await write(b, 'short', r, '6')
+    const took = Date.now() - started
+    expect(refused.status).toBe(503)
+    expect(refused.json()).toMatchObject({ type: `${P}serialize-timeout`, status: 503, token: '6' })
+    expect(refused.headers['retry-after']).toMatch(/^[1-9]\d*$/)
+    expect(took).toBeGreaterThanOrEqual(195)
+    expect(took).toBeLessThan(200 + 50 + 250) // + the store calls and the test's own slack
+    expect((await slow).status).toBe(201)
+    expect(events(`/short/${r}/`)).toEqual(['arrived 5', 'applied 5'])
+    // once 5 is done the retry goes through
+    expect((await write(b, 'short', r, '6')).status).toBe(201)
+    expect(events(`/short/${r}/`)).toEqual(['arrived 5', 'applied 5', 'arrived 6', 'applied 6'])
+  })
+
+  test('an unknown outcome on A holds the resource on B until its idempotency lease ends', async () => {
+    const r = res()
+    const started = Date.now()
+    // upstream timeout 300 ms, lease 1500 ms: the upstream may still apply token 5 after the 504
+    expect((await write(a, 'held', r, '5', 'hang', { 'idempotency-key': `k5-${r}` })).status).toBe(504)
+    const six = await write(b, 'held', r, '6', 'apply', { 'idempotency-key': `k6-${r}` })
+    expect(six.status).toBe(201)
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1400)
+    expect(events(`/held/${r}/`)).toEqual(['arrived 6', 'applied 6'])
+  })
+
+  test('without an idempotency record, an unknown outcome on A holds the resource on B for one more upstream timeout', async () => {
+    const r = res()
+    expect((await write(a, 'bare', r, '5', 'hang')).status).toBe(504)
+    const ended = Date.now()
+    expect((await write(b, 'bare', r, '6')).status).toBe(201)
+    expect(Date.now() - ended).toBeGreaterThanOrEqual(200) // held 300 ms after the 504
+  })
+
+  test('a crashed replica\'s registration holds newer tokens until its deadline, then lets them go', async () => {
+    const r = res()
+    const resource = `doc:${r}`
+    const crashed = await shared.client()
+    try {
+      expect((await crashed.fence(resource, 5n)).accepted).toBe(true)
+      const deadline = Date.now() + 700
+      expect(await crashed.register(resource, 5n, 'gone-replica', deadline, Date.now())).toMatchObject({ registered: true })
+    } finally {
+      await crashed.close() // nobody will unregister it
+    }
+    const started = Date.now()
+    expect((await write(b, 'store', r, '6')).status).toBe(201)
+    const took = Date.now() - started
+    expect(took).toBeGreaterThanOrEqual(550)
+    expect(took).toBeLessThan(700 + 50 + 400)
+    expect(events(`/store/${r}/`)).toEqual(['arrived 6', 'applied 6'])
+  })
+
+  test('an older token accepted by the fence but overtaken before it registered is refused (412), never sent', async () => {
+    const r = res()
+    const resource = `doc:${r}`
+    // what B's store sees when A's request fenced 5, and B's 6 then fenced and registered first
+    const other = await shared.client()
+    try {
+      expect((await other.fence(resource, 5n)).accepted).toBe(true)
+      expect((await other.fence(resource, 6n)).accepted).toBe(true)
+      expect(await other.register(resource, 6n, 'b', Date.now() + 5000, Date.now())).toEqual({ registered: true, until: 0 })
+      expect(await other.register(resource, 5n, 'a', Date.now() + 5000, Date.now())).toEqual({ registered: false, highest: 6n })
+      await other.unregister(resource, 'b')
+    } finally {
+      await other.close()
+    }
+    // and through a gateway, a token below the mark is a 412 as on any fenced route
+    const stale = await write(a, 'store', r, '5')
+    expect(stale.status).toBe(412)
+    expect(stale.json()).toMatchObject({ type: `${P}stale-fencing-token`, highestToken: '6' })
+    expect(events(`/store/${r}/`)).toEqual([])
+  })
+
+  test('a client that leaves while its request waits on B: the request is never forwarded (499)', async () => {
+    const r = res()
+    const slow = write(a, 'store', r, '5', 'apply?ms=400')
+    await until(() => events(`/store/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    const gone = request(`${b.url}/store/${r}/apply`, { method: 'POST', headers: { 'fencing-token': '6', 'content-type': 'application/json' }, body: '{}', signal: AbortSignal.timeout(100) })
+    await expect(gone).rejects.toThrow()
+    expect((await slow).status).toBe(201)
+    await sleep(150)
+    expect(events(`/store/${r}/`)).toEqual(['arrived 5', 'applied 5'])
+    expect(metric(await metrics(b.adminUrl), 'fencegate_requests_total', { route: 'store', code: '499', outcome: 'serialize_timeout' })).toBeGreaterThanOrEqual(1)
+  })
+
+  test('equal tokens do not wait for each other across replicas', async () => {
+    const r = res()
+    const slow = write(a, 'store', r, '7', 'apply?ms=400')
+    await until(() => events(`/store/${r}/`).includes('arrived 7'), 'the first write to reach the upstream')
+    expect((await write(b, 'store', r, '7')).status).toBe(201)
+    expect((await slow).status).toBe(201)
+    expect(events(`/store/${r}/`)).toEqual(['arrived 7', 'arrived 7', 'applied 7', 'applied 7'])
+  })
+})

@@ -1,0 +1,209 @@
+/**
+ * Issue 12 §1 and §5 against a running gateway, a real upstream and a SQLite store: the 412's
+ * `supersededForMs` (from the store's record of when the superseding token was first accepted),
+ * the lateness histogram and the generations counter, the attempt log's effect durations and
+ * lateness, `GET /leases` and `fencegate leases` — advice that changes when the upstream gets
+ * slower — and the 409's Retry-After from the route's observed effect durations.
+ */
+import { spawnSync } from 'node:child_process'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { startUpstream, type Upstream } from './helpers/upstream.js'
+import { CLI, startTestGateway, route, type TestGateway } from './helpers/gateway.js'
+import { metric, metrics, post, send } from './helpers/http.js'
+import { retryAfterSeconds, EffectDurations } from '../src/idempotency/retry-after.js'
+import { routeLeases, human } from '../src/audit/leases.js'
+import { parseConfig } from '../src/config/load.js'
+
+const P = 'urn:fencegate:problem:'
+let up: Upstream
+let gw: TestGateway
+let configPath: string
+const run = Date.now().toString(36)
+
+const YAML = (upstream: string) => `store:
+  kind: sqlite
+  path: @DIR@/fg.db
+routes:
+${route('work', '/work/:res/*', upstream, `    fencing:
+      resource: "job:{param.res}"
+    idempotency:
+      lease: 30s
+`)}${route('sized', '/sized/:res/*', upstream, `    fencing:
+      resource: "sized:{param.res}"
+    idempotency:
+      lease: 2s
+`)}${route('retry', '/retry/*', upstream, `    idempotency:
+      lease: 30s
+`)}${route('plain', '/plain/*', upstream)}`
+
+beforeAll(async () => {
+  up = await startUpstream()
+  gw = await startTestGateway(YAML(up.url))
+  configPath = join(gw.dir, 'fencegate.yaml')
+  writeFileSync(configPath, `listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n${YAML(up.url).replaceAll('@DIR@', gw.dir)}`)
+})
+afterAll(async () => { await gw?.close(); await up?.close() })
+
+const write = (path: string, token: string, key?: string) => post(`${gw.url}${path}`, {}, { 'fencing-token': token, ...(key ? { 'idempotency-key': key } : {}) })
+const count = async (name: string, labels: Record<string, string>) => metric(await metrics(gw.adminUrl), name, labels)
+
+describe('a 412 says how long ago the writer was superseded', () => {
+  test('supersededForMs counts from the first acceptance of the superseding token (an equal token does not reset it), in the body, the detail, the histogram and the attempt log', async () => {
+    const res = `a-${run}`
+    const lateBefore = await count('fencegate_fencing_stale_lateness_seconds_count', { route: 'work' })
+    const gensBefore = await count('fencegate_fencing_generations_total', { route: 'work' })
+    const took = Date.now() // before the write: the mark's since is taken while it is handled
+    expect((await write(`/work/${res}/apply`, '5', `${res}-k1`)).status).toBe(201) // admit: raises the mark
+    await sleep(300)
+    const first = await write(`/work/${res}/apply`, '4', `${res}-k2`)
+    expect(first.status).toBe(412)
+    const body = first.json()
+    expect(body).toMatchObject({ type: `${P}stale-fencing-token`, token: '4', highestToken: '5' })
+    expect(body.supersededForMs).toBeGreaterThanOrEqual(280)
+    expect(body.supersededForMs).toBeLessThanOrEqual(Date.now() - took)
+    expect(body.detail).toMatch(/\(token 5 took over \d+ ms before this request\)\.$/)
+
+    // the same holder writes again (equal token, no key: the fence alone): the mark's since stays
+    expect((await write(`/work/${res}/apply`, '5')).status).toBe(201)
+    await sleep(1100)
+    const later = (await write(`/work/${res}/apply`, '4')).json()
+    expect(later.supersededForMs).toBeGreaterThanOrEqual(1380)
+    expect(later.detail).toMatch(/took over 1\.\d s before this request/)
+
+    // a newer generation: a writer one behind is late by about nothing
+    expect((await write(`/work/${res}/apply`, '6', `${res}-k3`)).status).toBe(201)
+    const fresh = (await write(`/work/${res}/apply`, '5', `${res}-k4`)).json()
+    expect(fresh.highestToken).toBe('6')
+    expect(fresh.supersededForMs).toBeLessThan(300)
+
+    // stale and with a key it cannot use: 412 first (precedence), the mark read, not raised
+    const refused = await write(`/work/${res}/apply`, '3', 'x'.repeat(256))
+    expect(refused.status).toBe(412)
+    expect(refused.json().supersededForMs).toBeGreaterThanOrEqual(0)
+
+    expect(await count('fencegate_fencing_stale_lateness_seconds_count', { route: 'work' })).toBe(lateBefore + 4)
+    expect(await count('fencegate_fencing_generations_total', { route: 'work' })).toBe(gensBefore + 2)
+
+    // the attempt log keeps each stale write's lateness and each forward's effect duration
+    await gw.audit.flush()
+    const t = (await send(`${gw.adminUrl}/audit/timeline?resource=${encodeURIComponent(`job:${res}`)}`)).json()
+    const stale = t.entries.filter((e: { outcome: string }) => e.outcome === 'stale')
+    expect(stale.map((e: { lateMs: number }) => e.lateMs)).toEqual([body.supersededForMs, later.supersededForMs, fresh.supersededForMs, refused.json().supersededForMs])
+    const forwarded = t.entries.filter((e: { outcome: string }) => e.outcome === 'forwarded')
+    expect(forwarded).toHaveLength(3)
+    for (const e of forwarded) expect(e.upstreamMs).toBeGreaterThan(0)
+  })
+})
+
+describe('fencegate leases', () => {
+  test('advice from the observed effects, which grows when the upstream gets slower; idempotency.lease compared with it', async () => {
+    for (let i = 0; i < 10; i++) expect((await write(`/sized/s${i}-${run}/apply?ms=20`, '1')).status).toBe(201)
+    const quick = (await send(`${gw.adminUrl}/leases?route=sized`)).json()
+    expect(quick.routes).toHaveLength(1)
+    const q = quick.routes[0]
+    expect(q).toMatchObject({ route: 'sized', configured: { idempotencyLeaseMs: 2000, upstreamTimeoutMs: 2000 } })
+    expect(q.effects.count).toBe(10)
+    expect(q.effects.p50Ms).toBeGreaterThanOrEqual(20)
+    expect(q.advice.effectBasis).toBe('max')
+    // E ≈ 20-100 ms, M = 1 s: L = 1.5 (E + M), rounded up to 100 ms
+    expect(q.advice.marginMs).toBe(1000)
+    expect(q.advice.minimumLeaseMs).toBe(Math.ceil((1.5 * (q.advice.effectMs + 1000)) / 100) * 100)
+    expect(q.advice.renewalIntervalMs).toBe(Math.floor(q.advice.minimumLeaseMs / 300) * 100)
+    expect(q.advice.lines.join('\n')).toMatch(/^Minimum lease: /m)
+    expect(q.advice.lines.join('\n')).toContain('idempotency.lease (2s) covers the effect plus the margin')
+    expect(q.advice.warnings.join('\n')).toMatch(/Only 10 answered writes in this window/)
+
+    // the upstream slows down: 1.5 s effects
+    await Promise.all([0, 1, 2].map((i) => write(`/sized/slow${i}-${run}/apply?ms=1500`, '1')))
+    const slow = (await send(`${gw.adminUrl}/leases?route=sized`)).json().routes[0]
+    expect(slow.effects.count).toBe(13)
+    expect(slow.effects.maxMs).toBeGreaterThanOrEqual(1500)
+    expect(slow.advice.minimumLeaseMs).toBeGreaterThanOrEqual(4500) // 1.5 × (1.5 s + 1.5 s)
+    expect(slow.advice.minimumLeaseMs).toBeGreaterThan(q.advice.minimumLeaseMs)
+    expect(slow.advice.warnings.join('\n')).toMatch(/idempotency\.lease \(2s\) is shorter than the effect plus the margin/)
+    expect(slow.generations).toMatchObject({ resources: 13, total: 13, handovers: 0 })
+  })
+
+  test('the stale writers\' lateness, with a warning when it is longer than the advised margin; the CLI reads the same from the store', async () => {
+    await gw.audit.flush()
+    const r = (await send(`${gw.adminUrl}/leases?route=work&since=1h`)).json().routes[0]
+    expect(r.stale.count).toBeGreaterThanOrEqual(4)
+    expect(r.stale.measured).toBe(r.stale.count)
+    expect(r.stale.latenessMaxMs).toBeGreaterThanOrEqual(1380)
+    expect(r.generations.handovers).toBeGreaterThanOrEqual(1)
+    expect(r.advice.warnings.join('\n')).toMatch(/stale writes came up to 1\.\d+ s after their successor took over .*longer than the 1 s margin/)
+
+    const json = spawnSync(process.execPath, [CLI, 'leases', '--config', configPath, '--route', 'work', '--json'], { encoding: 'utf8', env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
+    expect(json.status, json.stderr).toBe(0)
+    const cli = JSON.parse(json.stdout)
+    expect(cli.routes[0].stale).toEqual(r.stale)
+    expect(cli.routes[0].effects.count).toBe(r.effects.count)
+    expect(cli.method.join(' ')).toMatch(/Pub\/Sub.*BullMQ.*SQS/)
+    const text = spawnSync(process.execPath, [CLI, 'leases', '--config', configPath], { encoding: 'utf8', env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
+    expect(text.status, text.stderr).toBe(0)
+    expect(text.stdout).toMatch(/^route work /m)
+    expect(text.stdout).toMatch(/^route sized /m)
+    expect(text.stdout).not.toMatch(/^route retry /m) // not fenced
+    expect(text.stdout).toMatch(/advice {7}lease ≥ \S+, renew every \S+/)
+    expect(text.stdout).toContain('the gateway sees only the writes that reach it')
+    const bad = spawnSync(process.execPath, [CLI, 'leases', '--config', configPath, '--route', 'nope'], { encoding: 'utf8' })
+    expect(bad.status).toBe(2)
+    expect((await send(`${gw.adminUrl}/leases?route=nope`)).status).toBe(400)
+  })
+
+  test('routeLeases alone: p99.9 from 1000 writes on, generations in token order, unanswered writes named', () => {
+    const rc = parseConfig(`routes:\n  - name: w\n    match: { path: "/w/*" }\n    upstream: { url: "http://127.0.0.1:9", timeout: 5s }\n    fencing: { resource: "x" }\n`, '/tmp/x.yaml').routes[0]
+    const entries = Array.from({ length: 2000 }, (_, i) => ({ time: i * 1000, kind: 'attempt' as const, replica: 'r', route: 'w', resource: `res${i % 2}`, token: String(1 + Math.floor(i / 500)), outcome: 'forwarded' as const, upstreamMs: i === 1999 ? 9000 : 100 + (i % 10) }))
+    entries.push({ time: 3_000_000, kind: 'attempt', replica: 'r', route: 'w', resource: 'res0', token: '9', outcome: 'outcome_unknown' as never, unknown: 'timeout' } as never)
+    const r = routeLeases(rc, entries, 3_600_000)
+    expect(r.effects).toMatchObject({ count: 2000, p50Ms: 104, maxMs: 9000, unanswered: 1 })
+    expect(r.advice.effectBasis).toBe('p99.9')
+    expect(r.advice.effectMs).toBe(r.effects.p999Ms)
+    // 4 tokens on each resource, then token 9 on res0; tenures of 500 s between first writes
+    expect(r.generations).toMatchObject({ resources: 2, total: 9, handovers: 7, maxPerResource: 5, medianTenureMs: 500_000 })
+    expect(r.advice.warnings.join('\n')).toMatch(/1 fenced write was sent and got no answer within upstream\.timeout \(5 s\)/)
+    expect(human(41_300)).toBe('41.3 s')
+    expect(human(125_000)).toBe('2 min 5 s')
+  })
+})
+
+describe('Retry-After of a 409 request-in-flight', () => {
+  test('from the route\'s observed effect durations (p90), never less than 1 s', async () => {
+    // nothing observed on the route yet: 1 s
+    const k0 = `first-${run}`
+    const lone = post(`${gw.url}/retry/slow?ms=400`, {}, { 'idempotency-key': k0 })
+    await sleep(100)
+    const early = await post(`${gw.url}/retry/slow?ms=400`, {}, { 'idempotency-key': k0 })
+    expect(early.status).toBe(409)
+    expect(early.headers['retry-after']).toBe('1')
+    await lone
+    // the upstream takes 1.6 s (upstream.timeout is 2 s): a repeat is told to come back in 2 s
+    const warm = await Promise.all(Array.from({ length: 6 }, (_, i) => post(`${gw.url}/retry/slow?ms=1600`, {}, { 'idempotency-key': `warm-${run}-${i}` })))
+    expect(warm.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200])
+    const k = `busy-${run}`
+    const firstAttempt = post(`${gw.url}/retry/slow?ms=1600`, {}, { 'idempotency-key': k })
+    await sleep(100)
+    const repeat = await post(`${gw.url}/retry/slow?ms=1600`, {}, { 'idempotency-key': k })
+    expect(repeat.status).toBe(409)
+    expect(repeat.json().type).toBe(`${P}request-in-flight`)
+    expect(repeat.headers['retry-after']).toBe('2')
+    expect((await firstAttempt).status).toBe(200)
+  })
+
+  test('retryAfterSeconds: no later than the record\'s lease end, never below 1', () => {
+    expect(retryAfterSeconds(10_000, 0, undefined)).toBe(1)
+    expect(retryAfterSeconds(30_000, 0, 2100)).toBe(3)
+    expect(retryAfterSeconds(1_500, 0, 9000)).toBe(2)
+    expect(retryAfterSeconds(100, 0, 9000)).toBe(1)
+    expect(retryAfterSeconds(30_000, 0, 10)).toBe(1)
+    const d = new EffectDurations()
+    for (let i = 1; i <= 4; i++) d.add(i * 100)
+    expect(d.quantile(0.9)).toBeUndefined()
+    for (let i = 5; i <= 10; i++) d.add(i * 100)
+    expect(d.quantile(0.9)).toBe(900)
+    expect(d.quantile(0.5)).toBe(500)
+  })
+})
