@@ -116,7 +116,8 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
         if (!admitted.fence.accepted) stale(f, admitted.fence.highest, admitted.fence.since, now)
         if (admitted.fence.raised) generation()
         f.highest = admitted.fence.highest
-        fence = undefined // checked: a wait for an in-flight key claims alone
+        // kept for every try: while this request waited for the key, a newer token may have
+        // been accepted, and a retry after a release must be refused as stale, not forwarded
         result = admitted.claim!
       } else {
         result = await ask(() => store.claim(claim.recordKey, req, Date.now()))
@@ -201,8 +202,9 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       }
       if (serialize && f.sent && f.outcome === 'outcome_unknown') {
         // an unknown outcome holds the resource for the idempotency lease (from the request's
-        // start) when the request had a record, else for one more upstream timeout after it ended
-        const until = f.keyHash !== undefined && lease !== undefined ? started + lease : Date.now() + upstreamTimeout
+        // start) when the request had a record, and at least one more upstream timeout after it
+        // ended: a lease no longer than the timeout would otherwise have run out already
+        const until = Math.max(f.keyHash !== undefined && lease !== undefined ? started + lease : 0, Date.now() + upstreamTimeout)
         if (ticket) ticket.holdUntil = until
         if (until > Date.now()) {
           held = true
@@ -219,6 +221,13 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
     }
   }
 
+  /** A newer token was sent while this one waited: 412, with the mark's first acceptance when the store has it. */
+  async function staleAfterWait(f: RequestFacts, sent: bigint): Promise<never> {
+    const now = Date.now()
+    const mark = await ask(() => store.mark(f.resource!))
+    return stale(f, mark !== undefined && mark.highest >= sent ? mark.highest : sent, mark?.since, now)
+  }
+
   /** `fencing.serialize`: waits until this process's older tokens of the resource have ended. */
   async function waitForOlder(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceFlights): Promise<void> {
     const token = f.token!
@@ -232,7 +241,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       throw new Problem('serialize-timeout', 'The client closed the connection while the request waited for older fencing tokens; it was not forwarded.', { token: String(token) })
     }
     // cannot happen while every route sharing the resource serializes; refused if it does
-    if (flights.sent > token) stale(f, flights.sent)
+    if (flights.sent > token) await staleAfterWait(f, flights.sent)
   }
 
   /**
@@ -264,6 +273,6 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       f.code = 499
       throw new Problem('serialize-timeout', 'The client closed the connection while the request waited for older fencing tokens; it was not forwarded.', { token: String(token) })
     }
-    if (flights.sent > token) stale(f, flights.sent)
+    if (flights.sent > token) await staleAfterWait(f, flights.sent)
   }
 }

@@ -26,16 +26,38 @@ const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 4
  */
 export function createLogger(out: NodeJS.WritableStream = process.stderr, level: LogLevel = 'info'): Logger {
   let min = RANK[level]
+  // Access lines are gathered and written once per event-loop turn (or every 16 KiB): stderr on a
+  // file or pipe is written synchronously, one system call per write, and a busy gateway makes a
+  // line per refused or replayed request. Any other line first flushes them, so order is kept.
+  let pending = ''
+  let scheduled = false
+  const flush = () => {
+    scheduled = false
+    if (!pending) return
+    const chunk = pending
+    pending = ''
+    out.write(chunk)
+  }
   const line = (lvl: LogLevel, msg: string, fields?: Fields) => {
     if (RANK[lvl] < min) return
+    if (pending) flush()
     out.write(`${JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...fields })}\n`)
   }
+  unflushed.add(flush)
   return {
     debug: (m, f) => line('debug', m, f),
     info: (m, f) => line('info', m, f),
     warn: (m, f) => line('warn', m, f),
     error: (m, f) => line('error', m, f),
-    access: (f) => out.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'info', msg: 'request', ...f })}\n`),
+    access: (f) => {
+      pending += `${JSON.stringify({ time: new Date().toISOString(), level: 'info', msg: 'request', ...f })}\n`
+      if (pending.length >= 16_384) flush()
+      else if (!scheduled) { scheduled = true; setImmediate(flush) }
+    },
     setLevel: (l) => { min = RANK[l] },
   }
 }
+
+// what is still gathered when the process exits (process.exit after a stop) is written then
+const unflushed = new Set<() => void>()
+process.once('exit', () => { for (const f of unflushed) f() })

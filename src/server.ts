@@ -275,7 +275,9 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     return { config: c, listener: requestListener(app.fetch, idHeader), pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
   }
   let current = generation(config)
-  const retire = (g: Generation) => { closeUpstreams(g.pools).catch(() => {}) }
+  // replaced generations whose requests have not all ended yet: their pools close with the last one, or at shutdown
+  const lingering = new Set<Generation>()
+  const retire = (g: Generation) => { lingering.delete(g); closeUpstreams(g.pools).catch(() => {}) }
   const server = createProxyServer(config, () => current, retire)
   refuseHopelessUploads(server, () => current)
   const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics, accepting: () => accepting, config: c, watch, storeSettings })
@@ -305,6 +307,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     current = generation(c) // new requests from here on; those in flight keep `previous`
     previous.retired = true
     if (previous.active === 0) retire(previous)
+    else lingering.add(previous)
     adminFetch = adminApp(c).fetch
     stopUnknown()
     stopUnknown = watchUnknown(c, store, metrics, log)
@@ -326,7 +329,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
       log.warn('shutdown grace passed; closing connections with requests still in flight')
       server.closeAllConnections()
     }
-    await closeUpstreams(current.pools).catch(() => {})
+    await closeUpstreams([current, ...lingering].flatMap((g) => g.pools)).catch(() => {})
     await audit.flush().catch(() => {})
     await raw.close().catch(() => {})
     admin.closeAllConnections()

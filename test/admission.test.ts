@@ -5,7 +5,8 @@ import net from 'node:net'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { post } from './helpers/http.js'
+import http from 'node:http'
+import { metric, metrics, post } from './helpers/http.js'
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createAdaptorServer } from '@hono/node-server'
@@ -115,5 +116,85 @@ test('a bug on the request path is the gateway\'s 500 problem with the request i
   } finally {
     server.close()
     await Promise.all(pools.map((p) => p.close()))
+  }
+})
+
+test('inFlight: wait — a request that waited for its key is checked again: a newer token accepted meanwhile makes it stale, not forwarded', async () => {
+  // the first attempt of K answers 503 after 400 ms (released); others answer 201 at once
+  const seen: string[] = []
+  const slow = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      seen.push(`${req.headers['fencing-token']} ${req.url}`)
+      if (req.url === '/w/acct/k' && seen.filter((s) => s.endsWith('/w/acct/k')).length === 1) {
+        setTimeout(() => { res.writeHead(503); res.end() }, 400)
+        return
+      }
+      res.writeHead(201, { 'content-type': 'application/json' })
+      res.end('{}')
+    })
+  })
+  await new Promise<void>((r) => slow.listen(0, '127.0.0.1', r))
+  const gw2 = await startTestGateway(`store:
+  kind: memory
+routes:
+${route('w', '/w/:account/*', `http://127.0.0.1:${(slow.address() as AddressInfo).port}`, `    fencing:
+      resource: "account:{param.account}"
+    idempotency:
+      inFlight: wait
+`)}`)
+  try {
+    const a = post(`${gw2.url}/w/acct/k`, { n: 1 }, { 'fencing-token': '5', 'idempotency-key': 'K' })
+    await new Promise((r) => setTimeout(r, 50))
+    const b = post(`${gw2.url}/w/acct/k`, { n: 1 }, { 'fencing-token': '5', 'idempotency-key': 'K' }) // waits for K
+    await new Promise((r) => setTimeout(r, 50))
+    expect((await post(`${gw2.url}/w/acct/other`, { n: 2 }, { 'fencing-token': '6', 'idempotency-key': 'L' })).status).toBe(201)
+    expect((await a).status).toBe(503) // released: K is free again while B waits
+    const late = await b
+    expect(late.status).toBe(412)
+    expect(late.json().highestToken).toBe('6')
+    expect(seen).toEqual(['5 /w/acct/k', '6 /w/acct/other']) // token 5 never reached the upstream after 6
+  } finally {
+    await gw2.close()
+    slow.closeAllConnections()
+    slow.close()
+  }
+})
+
+test('a client that leaves while its request is queued for an upstream connection gives its claim back at once', async () => {
+  // one upstream connection, held by a request the upstream answers after 1.5 s
+  const hold = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => setTimeout(() => { res.writeHead(201); res.end('{}') }, req.url === '/q/hold' ? 1500 : 0))
+  })
+  await new Promise<void>((r) => hold.listen(0, '127.0.0.1', r))
+  const gw3 = await startTestGateway(`store:
+  kind: memory
+routes:
+${route('q', '/q/*', `http://127.0.0.1:${(hold.address() as AddressInfo).port}`, `    idempotency:
+      required: true
+`).replace('      timeout: 2s\n', '      timeout: 2s\n      connections: 1\n')}`)
+  try {
+    const first = post(`${gw3.url}/q/hold`, {}, { 'idempotency-key': 'h' })
+    await new Promise((r) => setTimeout(r, 100))
+    const released = () => metrics(gw3.adminUrl).then((m) => metric(m, 'fencegate_idempotency_total', { route: 'q', result: 'released' }))
+    const before = await released()
+    // a raw client that sends its request and leaves while it waits in the pool's queue
+    await new Promise<void>((resolve) => {
+      const s = net.connect(Number(new URL(gw3.url).port), '127.0.0.1', () => {
+        s.write('POST /q/queued HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: queued\r\ncontent-length: 2\r\n\r\n{}')
+        setTimeout(() => { s.destroy(); resolve() }, 150)
+      })
+    })
+    // the claim is given back now, not when the held connection frees up 1.5 s later
+    const t0 = Date.now()
+    while ((await released()) === before && Date.now() - t0 < 1000) await new Promise((r) => setTimeout(r, 20))
+    expect(await released()).toBe(before + 1)
+    expect(Date.now() - t0).toBeLessThan(1000)
+    expect((await first).status).toBe(201)
+  } finally {
+    await gw3.close()
+    hold.closeAllConnections()
+    hold.close()
   }
 })

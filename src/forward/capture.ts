@@ -147,7 +147,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.aborted) return
     this.aborted = true
     this.#stopTimer()
-    this.#controller?.abort(new Error(CLIENT_LEFT))
+    if (this.#controller) { this.#controller.abort(new Error(CLIENT_LEFT)); return }
+    // still queued for a connection: undici calls nothing of ours until it dequeues the request
+    // (onRequestStart then aborts it unsent), so the caller must not wait for that
+    this.onResponseError(undefined, new Error(CLIENT_LEFT))
   }
 
   // ---------------------------------------------------------------------- undici's handler

@@ -39,7 +39,8 @@ export async function startTestGateway(yaml: string): Promise<TestGateway> {
   if (!/^admin:/m.test(text)) text = `admin:\n  listen: 127.0.0.1:0\n${text}`
   const config = parseConfig(text, join(dir, 'fencegate.yaml'))
   const logs: string[] = []
-  const log = createLogger({ write: (s: string) => { logs.push(s); return true } } as unknown as NodeJS.WritableStream)
+  // one entry per line: the access log writes the lines of one event-loop turn together
+  const log = createLogger({ write: (s: string) => { for (const l of s.split('\n')) if (l) logs.push(`${l}\n`); return true } } as unknown as NodeJS.WritableStream)
   const running = await startGateway(config, log)
   return {
     ...running,
