@@ -9,16 +9,15 @@ import type { IncomingMessage } from 'node:http'
 import { Hono, type MiddlewareHandler } from 'hono'
 import { bearerAuth } from 'hono/bearer-auth'
 import { HTTPException } from 'hono/http-exception'
-import type { Store } from './store/types.js'
+import { StoreError, type Store } from './store/types.js'
 import type { Metrics } from './telemetry/metrics.js'
-import { Problem } from './problems.js'
+import { Problem, storeUnavailable } from './problems.js'
 import type { Config } from './config/schema.js'
 import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
 import { acceptStoreLoss, resolveKey, type ResolveRequest } from './audit/resolve.js'
 import { listUnknown } from './audit/unknown.js'
 import { buildTimeline } from './audit/timeline.js'
 import { buildLeases } from './audit/leases.js'
-import { storeProblem } from './store/problem.js'
 import { claimSentences, type DoctorReport } from './store/doctor.js'
 import type { StateWatch } from './store/state.js'
 
@@ -138,8 +137,7 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
   // bearerAuth throws; answer as every gateway-made response does, keeping its WWW-Authenticate
   app.onError((err) => {
     if (err instanceof Problem) return err.toResponse()
-    const unavailable = storeProblem(err)
-    if (unavailable instanceof Problem) return unavailable.toResponse()
+    if (err instanceof StoreError) return storeUnavailable().toResponse()
     if (!(err instanceof HTTPException)) throw err
     const challenge = err.getResponse().headers.get('www-authenticate') ?? 'Bearer'
     return new Problem('unauthorized', 'Admin endpoints other than /healthz and /readyz need "Authorization: Bearer <admin.token>".', {}, { 'www-authenticate': challenge }).toResponse()

@@ -29,7 +29,6 @@ import type { Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
 import type { ClaimRequest, ClaimResult, FenceRequest, Store } from './store/types.js'
 import { Problem } from './problems.js'
-import { storeProblem } from './store/problem.js'
 import { tooLarge } from './body.js'
 import { requestTemplateSource } from './template-source.js'
 import { fenceReader } from './fencing/read.js'
@@ -39,19 +38,12 @@ import type { OlderWrites } from './store/types.js'
 import { claimReader, type ClaimInput } from './idempotency/read.js'
 import { Records, replay } from './idempotency/index.js'
 
-/** A store call; its failure is the 503 store-unavailable problem (fail closed). */
-async function ask<T>(call: () => Promise<T>): Promise<T> {
-  try {
-    return await call()
-  } catch (e) {
-    throw storeProblem(e)
-  }
-}
 
 /**
  * @example
  * app.post('/accounts/:account/*', routeEntry(...), admission(route, store, metrics, log, inFlight), forward(...))
- * @throws Problem 428, 400, 412, 413, 422, 409, 503 (store-unavailable, serialize-timeout)
+ * @throws Problem 428, 400, 412, 413, 422, 409, 503 serialize-timeout; StoreError when the store
+ *   cannot answer (the app's error handler makes it the 503 store-unavailable: fail closed)
  */
 export function admission(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger, inFlight: InFlight): MiddlewareHandler<GatewayEnv> {
   const name = route.name
@@ -112,7 +104,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       if (fence) {
         const check = fence
         const now = Date.now()
-        const admitted = await ask(() => store.admit(check, claim.recordKey, req, now))
+        const admitted = await store.admit(check, claim.recordKey, req, now)
         if (!admitted.fence.accepted) stale(f, admitted.fence.highest, admitted.fence.since, now)
         if (admitted.fence.raised) generation()
         f.highest = admitted.fence.highest
@@ -120,7 +112,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
         // been accepted, and a retry after a release must be refused as stale, not forwarded
         result = admitted.claim!
       } else {
-        result = await ask(() => store.claim(claim.recordKey, req, Date.now()))
+        result = await store.claim(claim.recordKey, req, Date.now())
       }
       r.noteFindings(f, result)
       if (result.kind === 'claimed') {
@@ -169,7 +161,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
     try {
       if (claim && 'refused' in claim) {
         // 2 before 3, without raising the mark: the mark is read, not written
-        const mark = await ask(() => store.mark(resource))
+        const mark = await store.mark(resource)
         if (mark !== undefined && token < mark.highest) stale(f, mark.highest, mark.since)
         throw claim.refused
       }
@@ -179,7 +171,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
         answered = await claimAndGo(c, f, claim, fence, next)
       } else {
         const now = Date.now()
-        const checked = await ask(() => store.fence(resource, token, now))
+        const checked = await store.fence(resource, token, now)
         if (!checked.accepted) stale(f, checked.highest, checked.since, now)
         if (checked.raised) generation()
         f.highest = checked.highest
@@ -224,7 +216,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   /** A newer token was sent while this one waited: 412, with the mark's first acceptance when the store has it. */
   async function staleAfterWait(f: RequestFacts, sent: bigint): Promise<never> {
     const now = Date.now()
-    const mark = await ask(() => store.mark(f.resource!))
+    const mark = await store.mark(f.resource!)
     return stale(f, mark !== undefined && mark.highest >= sent ? mark.highest : sent, mark?.since, now)
   }
 
@@ -252,10 +244,10 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   async function enterWindow(f: RequestFacts, recorded: boolean, started: number): Promise<{ ticket: Ticket; older: OlderWrites }> {
     const resource = f.resource!
     const token = f.token!
-    const entered = await ask(() => shared!.register(resource, token, windowTimes, recorded, started))
+    const entered = await shared!.register(resource, token, windowTimes, recorded, started)
     if ('ticket' in entered) return entered
     const now = Date.now()
-    const mark = await ask(() => store.mark(resource))
+    const mark = await store.mark(resource)
     return stale(f, mark !== undefined && mark.highest > token ? mark.highest : entered.highest, mark?.since, now)
   }
 
@@ -263,7 +255,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   async function waitInWindow(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceFlights, ticket: Ticket, first: OlderWrites): Promise<void> {
     const token = f.token!
     const socket = c.env.incoming.socket
-    const waited = await ask(() => shared!.waitForOlder(ticket, first, serializeWait, () => socket.destroyed))
+    const waited = await shared!.waitForOlder(ticket, first, serializeWait, () => socket.destroyed)
     if (waited.kind === 'timeout') {
       // when the older registrations expire at the latest, but never more than one more wait
       const retry = Math.max(1, Math.ceil(Math.min(waited.until - Date.now(), serializeWait) / 1000))

@@ -13,9 +13,9 @@ import type { Config } from './config/schema.js'
 import type { GatewayEnv } from './context.js'
 import type { RequestFacts } from './facts.js'
 import { compileRoute, type CompiledRoute } from './route.js'
-import { Problem } from './problems.js'
+import { Problem, storeUnavailable } from './problems.js'
 import { tooLarge } from './body.js'
-import type { Store } from './store/types.js'
+import { StoreError, type Store } from './store/types.js'
 import type { StateWatch } from './store/state.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { startServerSpan, traceFields } from './telemetry/tracing.js'
@@ -163,9 +163,11 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   })
   app.onError((err, c) => {
     const f = c.get('facts')
-    if (err instanceof Problem) {
-      f.outcome = err.outcome
-      return err.toResponse(f.requestId, idHeader)
+    if (err instanceof Problem || err instanceof StoreError) {
+      // the store cannot answer: fail closed (contract §4), one mapping for every store call
+      const p = err instanceof Problem ? err : storeUnavailable()
+      f.outcome = p.outcome
+      return p.toResponse(f.requestId, idHeader)
     }
     if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
       // the client left before its request was whole: nothing was forwarded, nobody to answer

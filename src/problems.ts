@@ -90,3 +90,10 @@ export class Problem extends Error {
     return new Response(this.body(requestId), { status: this.status, headers })
   }
 }
+
+/**
+ * The 503 a request gets when the store cannot answer (contract §4: fail closed, nothing
+ * forwarded). The app's error handlers turn every StoreError into it, in one place each.
+ */
+export const storeUnavailable = (): Problem =>
+  new Problem('store-unavailable', 'The gateway cannot reach its store, so it cannot check this request; nothing was forwarded.', {}, { 'retry-after': '1' })
