@@ -103,11 +103,9 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number
 }
 
-// KEYS[1] = fence key, KEYS[2] = its since key; ARGV[1] = token (canonical decimal), ARGV[2] =
-// '1': rewrite an equal mark (a write, so that a WAIT after it covers the mark), ARGV[3] = now
-// (epoch ms). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
-const FENCE = `
-local function lt(a, b)
+// Lua: a < b for canonical decimal strings (tokens up to 2^63-1, beyond Lua's exact numbers):
+// the shorter is smaller, then byte by byte. Shared by the scripts that compare tokens.
+const DECIMAL_LT = `local function lt(a, b)
   if #a ~= #b then return #a < #b end
   for i = 1, #a do
     local x, y = string.byte(a, i), string.byte(b, i)
@@ -115,7 +113,13 @@ local function lt(a, b)
   end
   return false
 end
-local function since(mark)
+`
+
+// KEYS[1] = fence key, KEYS[2] = its since key; ARGV[1] = token (canonical decimal), ARGV[2] =
+// '1': rewrite an equal mark (a write, so that a WAIT after it covers the mark), ARGV[3] = now
+// (epoch ms). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
+const FENCE = `
+${DECIMAL_LT}local function since(mark)
   local v = redis.call('GET', KEYS[2])
   if not v then return '' end
   local sp = string.find(v, ' ', 1, true)
@@ -276,15 +280,7 @@ return #ARGV - 1
 // answers {1, lowest older token ('' none), latest deadline of the older ones (0 none)} or
 // {0, highest}. Safe to run twice (the same id is written again).
 const REGISTER = `
-local function lt(a, b)
-  if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return false
-end
-local t, now = ARGV[1], tonumber(ARGV[4])
+${DECIMAL_LT}local t, now = ARGV[1], tonumber(ARGV[4])
 local cur = redis.call('GET', KEYS[1])
 if cur and lt(t, cur) then return {0, cur} end
 redis.call('HSET', KEYS[2], ARGV[2], t .. ' ' .. ARGV[3])
