@@ -172,7 +172,7 @@ async function prefillPostgres(s: Instance): Promise<void> {
   }
 }
 
-/** src/store/redis.ts's `part`: percent-encodes what would end a hash tag or blur a key's parts. */
+/** src/store/redis/index.ts's `part`: percent-encodes what would end a hash tag or blur a key's parts. */
 const part = (x: string): string => x.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
 
 /** redis: the template hash copied N times with the Lua scripts' key names, pipelined. */

@@ -19,7 +19,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { Agent, request } from 'undici'
-import { isMain } from '../src/is-main.js'
+import { isMain } from '../examples/is-main.js'
 
 export interface DemoOptions {
   /** the gateway, e.g. http://127.0.0.1:8080 */

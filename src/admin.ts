@@ -19,7 +19,7 @@ import { listUnknown } from './audit/unknown.js'
 import { buildTimeline } from './audit/timeline.js'
 import { buildLeases } from './audit/leases.js'
 import { claimSentences, type DoctorReport } from './store/doctor.js'
-import type { StateWatch } from './store/state.js'
+import type { StateWatch } from './store/state-loss.js'
 
 export interface AdminOptions {
   token?: string

@@ -14,8 +14,8 @@
  * it. A request that reaches the check-and-set raises it, whatever its key's record then says:
  * a replay under a newer lease is that lease holder's write.
  *
- * Around it, the request is registered in this process's fencing in-flight tracker
- * (src/fencing/inflight.ts) until it ends, for `fencegate_fencing_overtaken_total` and
+ * Around it, the request is registered in this process's fencing window tracker
+ * (src/fencing/window-tracker.ts) until it ends, for `fencegate_fencing_overtaken_total` and
  * `fencing.serialize: true`; with `serialize: store` it is also registered in the store after
  * its fence, and waits there for older tokens of every gateway (src/fencing/window.ts).
  */
@@ -30,9 +30,9 @@ import type { Logger } from './log.js'
 import type { ClaimRequest, ClaimResult, FenceRequest, Store } from './store/types.js'
 import { Problem } from './problems.js'
 import { tooLarge } from './body.js'
-import { requestTemplateSource } from './template-source.js'
+import { requestTemplateSource } from './template-fill.js'
 import { fenceReader } from './fencing/read.js'
-import type { InFlight, ResourceFlights } from './fencing/inflight.js'
+import type { WindowTracker, ResourceWindow } from './fencing/window-tracker.js'
 import { storeWindow, type Ticket, type WindowTimes } from './fencing/window.js'
 import type { OlderWrites } from './store/types.js'
 import { claimReader, type ClaimInput } from './idempotency/read.js'
@@ -41,11 +41,11 @@ import { Records, replay } from './idempotency/index.js'
 
 /**
  * @example
- * app.post('/accounts/:account/*', routeEntry(...), admission(route, store, metrics, log, inFlight), forward(...))
+ * app.post('/accounts/:account/*', routeEntry(...), admission(route, store, metrics, log, windows), forward(...))
  * @throws Problem 428, 400, 412, 413, 422, 409, 503 serialize-timeout; StoreError when the store
  *   cannot answer (the app's error handler makes it the 503 store-unavailable: fail closed)
  */
-export function admission(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger, inFlight: InFlight): MiddlewareHandler<GatewayEnv> {
+export function admission(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger, windows: WindowTracker): MiddlewareHandler<GatewayEnv> {
   const name = route.name
   const readFence = fenceReader(route)
   const readClaim = claimReader(route)
@@ -57,7 +57,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   const lease = route.config.idempotency?.lease
   const waitForInFlight = route.config.idempotency?.inFlight === 'wait'
   const maxBody = route.config.maxRequestBytes
-  const count = inFlight.route(name)
+  const count = windows.route(name)
   // `fencing.serialize: store`: the wait across every gateway sharing the store (src/fencing/window.ts)
   const shared = serialize === 'store' ? storeWindow(store, log) : undefined
   const windowTimes: WindowTimes = { serializeWait, upstreamTimeout, lease, waitForInFlight }
@@ -153,7 +153,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
     f.resource = resource
     f.token = token
     // registered before the check: an older token accepted before this one is always seen here
-    const flights = inFlight.enter(resource, token)
+    const flights = windows.enter(resource, token)
     count.n++
     const started = Date.now()
     let held = false
@@ -200,7 +200,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
         if (ticket) ticket.holdUntil = until
         if (until > Date.now()) {
           held = true
-          inFlight.hold(flights, token, until, () => { count.n-- })
+          windows.hold(flights, token, until, () => { count.n-- })
         }
       }
       return answered
@@ -208,7 +208,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       if (ticket) await shared!.leave(ticket)
       if (!held) {
         count.n--
-        inFlight.leave(flights, token)
+        windows.leave(flights, token)
       }
     }
   }
@@ -221,9 +221,9 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   }
 
   /** `fencing.serialize`: waits until this process's older tokens of the resource have ended. */
-  async function waitForOlder(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceFlights): Promise<void> {
+  async function waitForOlder(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceWindow): Promise<void> {
     const token = f.token!
-    if (!(await inFlight.waitForOlder(flights, token, serializeWait))) {
+    if (!(await windows.waitForOlder(flights, token, serializeWait))) {
       const retry = flights.heldUntil > Date.now() ? Math.ceil((flights.heldUntil - Date.now()) / 1000) : 1
       throw new Problem('serialize-timeout', `An older fencing token's request for this resource was still in flight (or its outcome unknown) after ${serializeWait} ms; this request was not forwarded, so that a newer write never reaches the upstream before an older one. Retry later.`, { token: String(token) }, { 'retry-after': String(retry) })
     }
@@ -252,7 +252,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
   }
 
   /** `fencing.serialize: store`, Q*: waits until no older token of the resource is registered in the store, by any gateway. */
-  async function waitInWindow(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceFlights, ticket: Ticket, first: OlderWrites): Promise<void> {
+  async function waitInWindow(c: Parameters<MiddlewareHandler<GatewayEnv>>[0], f: RequestFacts, flights: ResourceWindow, ticket: Ticket, first: OlderWrites): Promise<void> {
     const token = f.token!
     const socket = c.env.incoming.socket
     const waited = await shared!.waitForOlder(ticket, first, serializeWait, () => socket.destroyed)

@@ -4,7 +4,8 @@
  * route → admission (fencing, idempotency) → forward, see src/gateway.ts.
  */
 import type { HttpBindings } from '@hono/node-server'
-import type { RequestFacts, UnknownReason } from './facts.js'
+import type { RequestFacts } from './facts.js'
+import type { UnknownReason } from './outcomes.js'
 import type { CompiledRoute } from './route.js'
 
 /** What the upstream answered, as the idempotency layer sees it before the client does. */
@@ -29,8 +30,8 @@ export interface Exchange {
   onFailure(failure: { sent: false } | { sent: true; reason: UnknownReason }): Promise<void>
 }
 
-/** The part of the fencing in-flight tracker `forward()` uses (src/fencing/inflight.ts). */
-export interface FenceFlights {
+/** The part of the fencing window tracker `forward()` uses (src/fencing/window-tracker.ts). */
+export interface FenceWindow {
   /** the request with `token` is being sent upstream */
   markSent(token: bigint): void
 }
@@ -45,7 +46,7 @@ export type GatewayEnv = {
     body: Buffer
     /** set by admission for a claimed key */
     exchange: Exchange
-    /** set by admission for a fenced request: its resource's entry in the in-flight tracker */
-    flights: FenceFlights
+    /** set by admission for a fenced request: its resource's entry in the window tracker */
+    flights: FenceWindow
   }
 }

@@ -4,13 +4,7 @@
  * once at the end for the metrics, the SERVER span, the attempt log entry and the access line.
  * Plain data: telemetry and audit read it without knowing Hono or the middleware.
  */
-import type { Outcome } from './problems.js'
-
-/** The idempotency result of contract §6 (`result` label), set on every path that has one. */
-export type IdempotencyResult = 'stored' | 'replayed' | 'in_flight' | 'key_reused' | 'released' | 'not_stored'
-
-/** Why an outcome is unknown (contract §6 `reason`). */
-export type UnknownReason = 'timeout' | 'reset' | 'client_abort' | 'crash'
+import type { IdempotencyResult, Outcome, UnknownReason } from './outcomes.js'
 
 export interface RequestFacts {
   /** the client's X-Request-Id when sane, else a new one */

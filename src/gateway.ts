@@ -16,15 +16,15 @@ import { compileRoute, type CompiledRoute } from './route.js'
 import { Problem, storeUnavailable } from './problems.js'
 import { tooLarge } from './body.js'
 import { StoreError, type Store } from './store/types.js'
-import type { StateWatch } from './store/state.js'
+import type { StateWatch } from './store/state-loss.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { startServerSpan, traceFields } from './telemetry/tracing.js'
 import type { Fields, Logger } from './log.js'
-import { InFlight } from './fencing/index.js'
+import { WindowTracker } from './fencing/index.js'
 import { admission } from './admission.js'
 import { forward, createUpstream } from './forward/index.js'
 import type { AuditQueue } from './audit/queue.js'
-import type { AuditEntry } from './audit/types.js'
+import type { AuditEntry } from './store/attempt-log/types.js'
 import { attemptEntry } from './audit/entry.js'
 
 // A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
@@ -139,8 +139,8 @@ function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming'
 export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue, watch?: StateWatch): Gateway {
   const app = new Hono<GatewayEnv>()
   const pools: Pool[] = []
-  const inFlight = new InFlight() // per process: fencing's requests in flight, by resource
-  metrics.trackInFlight(inFlight)
+  const windows = new WindowTracker() // per process: fencing's requests between check and end, by resource
+  metrics.trackWindows(windows)
   const idHeader = config.log.requestIdHeader.toLowerCase()
   app.use('*', observe(metrics, log, config.log, audit), refusePath(idHeader))
   for (const rc of config.routes) {
@@ -150,7 +150,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     pools.push(pool)
     // a route with neither check has no admission step: it pays only what a proxy pays
     const chain: MiddlewareHandler<GatewayEnv>[] = route.fencing || route.idempotency
-      ? [routeEntry(route, watch), admission(route, store, metrics, log, inFlight), forward(route, pool, metrics, traceFields())]
+      ? [routeEntry(route, watch), admission(route, store, metrics, log, windows), forward(route, pool, metrics, traceFields())]
       : [routeEntry(route, watch), forward(route, pool, metrics, traceFields())]
     const [first, ...rest] = chain
     if (rc.match.methods) app.on(rc.match.methods, rc.match.path, first, ...rest)

@@ -4,11 +4,7 @@
  * response in one place (gateway.ts `onError`).
  */
 
-/** The request outcomes of contract §6, the `outcome` metric label. */
-export type Outcome =
-  | 'forwarded' | 'replayed' | 'stale' | 'token_missing' | 'token_malformed' | 'key_missing'
-  | 'key_malformed' | 'key_reused' | 'in_flight' | 'outcome_unknown' | 'upstream_error'
-  | 'store_error' | 'no_route' | 'bad_request' | 'serialize_timeout' | 'gateway_error'
+import type { Outcome } from './outcomes.js'
 
 interface ProblemKind { status: number; title: string; outcome: Outcome }
 

@@ -28,7 +28,7 @@ import { parseConfig } from '../../src/config/load.js'
 import { startGateway } from '../../src/server.js'
 import { createLogger } from '../../src/log.js'
 import { createChargeWorker, type ChargeJobData, type ChargeReply } from './worker.js'
-import { isMain } from '../../src/is-main.js'
+import { isMain } from '../is-main.js'
 
 export interface BullmqExampleOptions {
   redisUrl?: string

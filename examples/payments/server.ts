@@ -10,7 +10,7 @@
  */
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { isMain } from '../../src/is-main.js'
+import { isMain } from '../is-main.js'
 
 export interface Charge {
   id: string

@@ -31,7 +31,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { parseArgs } from 'node:util'
 import { readJson, sendJson } from './http.js'
-import { isMain } from '../../src/is-main.js'
+import { isMain } from '../is-main.js'
 
 export interface Claim { generation: number; worker: string; at: number; leaseUntil: number }
 export interface Refusal { op: 'ack' | 'renew'; worker: string; generation: number; currentGeneration: number | null; reason: string; at: number }

@@ -31,7 +31,7 @@ import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { call, sleep, type Reply } from './http.js'
 import { paymentsRoutes } from '../payments/routes.js'
-import { isMain } from '../../src/is-main.js'
+import { isMain } from '../is-main.js'
 
 export interface RelayOptions {
   /** where the readable report goes; default process.stdout, `null` for silence */

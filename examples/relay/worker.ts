@@ -30,7 +30,7 @@
  */
 import { parseArgs } from 'node:util'
 import { call, sleep } from './http.js'
-import { isMain } from '../../src/is-main.js'
+import { isMain } from '../is-main.js'
 
 export interface ChargePayload { account: string; amount: number; currency: string }
 

@@ -24,8 +24,8 @@
  */
 import type { Config, RouteConfig } from '../config/schema.js'
 import { Problem } from '../problems.js'
-import type { AuditEntry, AuditLog } from './types.js'
-import { formatDuration } from './claim.js'
+import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
+import { formatDuration } from './guarantees.js'
 
 /** Most fenced attempts read per report (the newest of the window). */
 export const LEASES_LIMIT = 100_000

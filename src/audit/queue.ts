@@ -8,7 +8,7 @@
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.js'
-import type { AuditEntry, AuditLog } from './types.js'
+import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
 
 export interface AuditQueueOptions {
   /** most entries waiting; default 10,000 */

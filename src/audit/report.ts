@@ -5,8 +5,8 @@
  */
 import type { Config } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
-import { claimFor, type Claim } from './claim.js'
-import { emptyCounts, type AuditCounts, type AuditLog } from './types.js'
+import { claimFor, type Claim } from './guarantees.js'
+import { emptyCounts, type AuditCounts, type AuditLog } from '../store/attempt-log/types.js'
 
 export type RouteReport = AuditCounts & { claim: Claim }
 

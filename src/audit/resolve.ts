@@ -14,8 +14,8 @@ import { sha256hex } from '../route.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
 import type { RecordKey, Resolution, Store, UnknownReason } from '../store/types.js'
 import { REPLICA, auditKeyHash } from './entry.js'
-import { formatDuration } from './claim.js'
-import type { AuditEntry } from './types.js'
+import { formatDuration } from './guarantees.js'
+import type { AuditEntry } from '../store/attempt-log/types.js'
 
 export interface ResolveRequest {
   route: string

@@ -8,7 +8,7 @@ import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import { sha256hex } from '../route.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
-import type { AuditEntry, AuditLog, TimelineFilter } from './types.js'
+import type { AuditEntry, AuditLog, TimelineFilter } from '../store/attempt-log/types.js'
 import { auditKeyHash } from './entry.js'
 import { human } from './leases.js'
 

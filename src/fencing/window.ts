@@ -2,7 +2,7 @@
  * `fencing.serialize: store`: the check-to-apply window closed across every gateway sharing the
  * store (issue 12 §2) — the Chubby/Consul lock-delay idea, made exact by registrations.
  *
- * `fencing.serialize: true` (./inflight.ts) holds a newer token until this process's older ones
+ * `fencing.serialize: true` (./window-tracker.ts) holds a newer token until this process's older ones
  * have ended; a replica cannot see another's. Here every forwarded fenced write is registered in
  * the shared store — (resource, token, id, deadline) — until its outcome stops mattering, and a
  * newer token waits until no older token of its resource is registered there, whichever gateway
@@ -65,7 +65,7 @@
  * wakes its own waiters on that resource at once; other replicas' are seen at the next poll.
  */
 import { randomUUID } from 'node:crypto'
-import type { FenceFlights } from '../context.js'
+import type { FenceWindow } from '../context.js'
 import type { Logger } from '../log.js'
 import type { OlderWrites, Store } from '../store/types.js'
 
@@ -152,7 +152,7 @@ export class StoreWindow {
    * The request's `flights` for forward(): passes `markSent` on, and when the request is sent later
    * than its deadline foresaw, extends the deadline (not waited for: the send does not wait on the store).
    */
-  flights(ticket: Ticket, local: FenceFlights): FenceFlights {
+  flights(ticket: Ticket, local: FenceWindow): FenceWindow {
     return {
       markSent: (token) => {
         local.markSent(token)

@@ -18,7 +18,7 @@ import type { Metrics } from '../telemetry/metrics.js'
 import type { UnknownReason } from '../store/types.js'
 import { Problem } from '../problems.js'
 import { tooLarge } from '../body.js'
-import { UpstreamCall } from './capture.js'
+import { UpstreamCall } from './upstream-call.js'
 import { requestHeaders, responseHeaders, flat, VIA } from './headers.js'
 import { startClientSpan, tracingOn } from '../telemetry/tracing.js'
 

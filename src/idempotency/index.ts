@@ -7,7 +7,8 @@
  */
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
 import type { Exchange } from '../context.js'
-import type { RequestFacts, IdempotencyResult } from '../facts.js'
+import type { RequestFacts } from '../facts.js'
+import type { IdempotencyResult } from '../outcomes.js'
 import type { CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'

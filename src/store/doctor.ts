@@ -394,7 +394,7 @@ export function formatDoctor(r: DoctorReport): string {
 
 const rank = (f: Finding) => (f.blocking ? 0 : f.status === 'risk' ? 1 : f.status === 'unknown' ? 2 : 3)
 
-/** The claim's sentences from the findings (src/audit/claim.ts). */
+/** The claim's sentences from the findings (src/audit/guarantees.ts). */
 export function claimSentences(r: DoctorReport): string[] {
   return r.findings.map((f) => `Measured on the live ${r.store} store (${f.status}: ${f.setting}${f.nodes && f.nodes.length > 1 ? `, on ${f.nodes.length} masters` : ''}): ${f.consequence}`)
 }

@@ -7,10 +7,10 @@
  * would let the key be forwarded again), so past `maxRecords` of them new claims are refused.
  */
 import { LRUCache } from 'lru-cache'
-import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
+import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './record-state.js'
 import { randomUUID } from 'node:crypto'
 import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
-import { MemoryAuditLog } from '../audit/memory.js'
+import { MemoryAuditLog } from './attempt-log/memory.js'
 import type { OlderWrites, Registration } from './types.js'
 import { olderOf, type Registered } from './registrations.js'
 

@@ -18,8 +18,8 @@
  * answer" and fail closed.
  */
 
-import type { AuditLog } from '../audit/types.js'
-import type { UnknownReason } from '../facts.js'
+import type { AuditLog } from './attempt-log/types.js'
+import type { UnknownReason } from '../outcomes.js'
 
 /** Store kinds from the config (contract §2); also the `store` label in metrics. */
 export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'

@@ -125,10 +125,10 @@ export function wantsOpenMetrics(accept: string | undefined): boolean {
 }
 
 /**
- * What the fencing in-flight tracker (src/fencing/inflight.ts) reports, read at scrape time so
+ * What the fencing window tracker (src/fencing/window-tracker.ts) reports, read at scrape time so
  * the request path only moves plain integers.
  */
-export interface InFlightSource {
+export interface WindowSource {
   byRoute(): Iterable<[string, { n: number }]>
   readonly resources: number
 }
@@ -139,7 +139,7 @@ export interface InFlightSource {
  * ones.
  */
 export function createMetrics(version: string) {
-  let inFlight: InFlightSource | undefined
+  let windows: WindowSource | undefined
   const TimedHistogram = tracingOn() ? TracedHistogram : Histogram
   // OpenMetrics from the start: prom-client refuses exemplar metrics on a Prometheus registry
   const registry = new Registry<OpenMetricsContentType>()
@@ -159,11 +159,11 @@ export function createMetrics(version: string) {
     fencingOvertaken: new Counter({ name: 'fencegate_fencing_overtaken_total', help: 'Requests that ended after a request with a newer fencing token for the same resource had been sent upstream by this process: the upstream may have applied the older write after the newer one.', labelNames: ['route'] as const, registers: [registry] }),
     fencingInFlight: new Gauge({
       name: 'fencegate_fencing_in_flight', help: 'Fenced requests this process is handling (checking, waiting, sent), plus ended ones whose unknown outcome still holds their resource (fencing.serialize).', labelNames: ['route'] as const, registers: [registry],
-      collect() { if (inFlight) for (const [route, c] of inFlight.byRoute()) this.set({ route }, c.n) },
+      collect() { if (windows) for (const [route, c] of windows.byRoute()) this.set({ route }, c.n) },
     }),
     fencingTrackedResources: new Gauge({
       name: 'fencegate_fencing_tracked_resources', help: 'Fencing resources with at least one request tracked in flight by this process (the size of the in-flight map).', registers: [registry],
-      collect() { this.set(inFlight?.resources ?? 0) },
+      collect() { this.set(windows?.resources ?? 0) },
     }),
     duplicateForwards: new Counter({ name: 'fencegate_duplicate_forwards_total', help: 'Keys forwarded again after an unknown outcome (unknownOutcome: retry): possible duplicate effects.', labelNames: ['route'] as const, registers: [registry] }),
     storeDuration: new TimedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
@@ -182,8 +182,8 @@ export function createMetrics(version: string) {
   m.buildInfo.set({ version }, 1)
   for (const reason of AUDIT_DROP_REASONS) m.auditDropped.inc({ reason }, 0)
   for (const result of RELOAD_RESULTS) m.configReloads.inc({ result }, 0)
-  /** Lets the gauges above read the gateway's in-flight tracker at scrape time. */
-  const trackInFlight = (source: InFlightSource) => { inFlight = source }
+  /** Lets the gauges above read the gateway's window tracker at scrape time. */
+  const trackWindows = (source: WindowSource) => { windows = source }
   /** The store metrics of every op at 0 (contract §6). Safe to call again. */
   const initStore = (store: StoreKind) => {
     m.storeStateLosses.inc({ store }, 0)
@@ -240,7 +240,7 @@ export function createMetrics(version: string) {
     if (traced) m.requestDuration.observe({ route, outcome }, seconds)
     else ch.duration.observe(seconds)
   }
-  return { ...m, trackInFlight, initStore, initRoute, recordRequest, expose: exposition(registry) }
+  return { ...m, trackWindows, initStore, initRoute, recordRequest, expose: exposition(registry) }
 }
 
 /**

@@ -2,7 +2,7 @@
 // check the promise against the config.
 import { describe, expect, test } from 'vitest'
 import { parseConfig } from '../../src/config/load.js'
-import { claimFor, formatDuration, formatSize } from '../../src/audit/claim.js'
+import { claimFor, formatDuration, formatSize } from '../../src/audit/guarantees.js'
 
 const config = (store: string, routeExtra: string) => parseConfig(`store:
 ${store}

@@ -12,7 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
 import { startTestGateway, route, type TestGateway } from '../helpers/gateway.js'
 import { post, send, type Reply } from '../helpers/http.js'
-import { SqliteStore } from '../../src/store/sqlite.js'
+import { SqliteStore } from '../../src/store/sqlite/index.js'
 import { StoreError } from '../../src/store/types.js'
 
 const ROOT = resolve(import.meta.dirname, '../..')

@@ -11,7 +11,7 @@
  *   describeStoreConformance('sqlite', make, { cleanup, makeSecond })
  */
 import { afterEach, describe, expect, test } from 'vitest'
-import type { AuditEntry } from '../../src/audit/types.js'
+import type { AuditEntry } from '../../src/store/attempt-log/types.js'
 import { randomUUID } from 'node:crypto'
 import type { Registration } from '../../src/store/types.js'
 import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
@@ -27,6 +27,13 @@ export interface ConformanceOptions {
    * connection). Leave it out when the store cannot be shared (memory).
    */
   makeSecond?: () => Promise<Store>
+  /**
+   * Makes the claim step of `admit` (and `claim`) fail inside the engine on `store` — a trigger
+   * refusing writes to the records table, a record key holding the wrong type, a patched map —
+   * while fences still work, and returns the function that removes the fault. Every store gives
+   * one: the suite checks what a half-failed `admit` leaves behind (src/store/types.ts `admit`).
+   */
+  failClaims?: (store: Store) => Promise<() => Promise<void>>
 }
 
 /** A fixed epoch-ms start for every test's clock. */

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { PostgresStore, migratePostgres } from '../../src/store/postgres.js'
+import { PostgresStore, migratePostgres } from '../../src/store/postgres/index.js'
 import { StoreError } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 

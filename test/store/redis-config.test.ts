@@ -2,7 +2,7 @@
 // defaults, and every mistake named by its YAML path. In-process (parseConfig), no store opened.
 import { describe, expect, test } from 'vitest'
 import { parseConfig, ConfigError } from '../../src/config/load.js'
-import { claimFor } from '../../src/audit/claim.js'
+import { claimFor } from '../../src/audit/guarantees.js'
 
 const config = (store: string) => `store:
 ${store}

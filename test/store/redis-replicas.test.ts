@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startLocalReplicated, type LocalReplicated } from '../../scripts/redis-cluster.js'
-import { RedisStore, ReplicaShortfall } from '../../src/store/redis.js'
+import { RedisStore, ReplicaShortfall } from '../../src/store/redis/index.js'
 import { StoreError } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, T0 } from './conformance.js'
 

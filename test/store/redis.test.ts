@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
-import { RedisStore } from '../../src/store/redis.js'
+import { RedisStore } from '../../src/store/redis/index.js'
 import { StoreError } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 

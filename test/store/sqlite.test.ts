@@ -6,7 +6,7 @@ import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
-import { SqliteStore } from '../../src/store/sqlite.js'
+import { SqliteStore } from '../../src/store/sqlite/index.js'
 import type { Store } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 

@@ -1,15 +1,15 @@
 // The record state machine, the fencing window tracker and the header rules, without sockets.
 import { describe, expect, test } from 'vitest'
 import type { IncomingMessage } from 'node:http'
-import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from '../../src/store/records.js'
-import { InFlight } from '../../src/fencing/inflight.js'
+import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from '../../src/store/record-state.js'
+import { WindowTracker } from '../../src/fencing/window-tracker.js'
 import { connectionNamed, requestHeaders, responseHeaders, flat } from '../../src/forward/headers.js'
 import type { ClaimRequest } from '../../src/store/types.js'
 
 const T = 1_700_000_000_000
 const req = (claimId: string, over: Partial<ClaimRequest> = {}): ClaimRequest => ({ fingerprint: 'fp', claimId, leaseMs: 1_000, ttlMs: 60_000, retryUnknown: false, ...over })
 
-describe('the idempotency record state machine (src/store/records.ts)', () => {
+describe('the idempotency record state machine (src/store/record-state.ts)', () => {
   test('none → in_flight → completed; a repeat reads the response; another fingerprint is a mismatch', () => {
     const c = decideClaim(undefined, req('c1'), T)
     expect(c.result).toEqual({ kind: 'claimed' })
@@ -43,9 +43,9 @@ describe('the idempotency record state machine (src/store/records.ts)', () => {
   })
 })
 
-describe('the fencing window tracker (src/fencing/inflight.ts)', () => {
+describe('the fencing window tracker (src/fencing/window-tracker.ts)', () => {
   test('a newer token waits for an older one of its resource, and goes once it leaves', async () => {
-    const t = new InFlight()
+    const t = new WindowTracker()
     const f5 = t.enter('r', 5n)
     const f6 = t.enter('r', 6n)
     expect(f5).toBe(f6)
@@ -60,13 +60,13 @@ describe('the fencing window tracker (src/fencing/inflight.ts)', () => {
     expect(t.resources).toBe(0)
   })
   test('the wait runs out when the older one stays', async () => {
-    const t = new InFlight()
+    const t = new WindowTracker()
     const f = t.enter('r', 1n)
     t.enter('r', 2n)
     expect(await t.waitForOlder(f, 2n, 20)).toBe(false)
   })
   test('markSent keeps the highest token sent: an older one ending after it is overtaken', () => {
-    const t = new InFlight()
+    const t = new WindowTracker()
     const f = t.enter('r', 3n)
     f.markSent(4n)
     f.markSent(3n)

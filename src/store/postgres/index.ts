@@ -11,7 +11,7 @@
  *   returns no row (equal or stale token) a read of the mark, both in one plpgsql function so
  *   the second statement sees the row the first one compared against (or a later one);
  * - claim: a plpgsql function that inserts the record (`ON CONFLICT DO NOTHING`), or else locks
- *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/records.ts;
+ *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/record-state.ts;
  * - finish and release: one `UPDATE` / `DELETE` guarded by claim_id and state = 'in_flight'.
  * Tokens travel as decimal text and are stored as BIGINT: never a JS number.
  * A reaper deletes expired records in batches of 1000 (`FOR UPDATE SKIP LOCKED`, so replicas
@@ -24,11 +24,11 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
-import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../audit/sql.js'
-import type { AuditEntry, AuditLog } from '../audit/types.js'
-import { batcher } from './batch.js'
-import type { OlderWrites, Registration } from './types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from '../types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
+import type { AuditEntry, AuditLog } from '../attempt-log/types.js'
+import { batcher } from '../batch.js'
+import type { OlderWrites, Registration } from '../types.js'
 
 export interface PostgresStoreOptions {
   /** postgres:// or postgresql:// URL; `?application_name=` names the connections (default "fencegate") */

@@ -15,12 +15,12 @@
  * already registered when a newer one is accepted. An entry exists only while one of its
  * requests does, so the map holds no more than the requests in flight (plus held ones).
  */
-import type { FenceFlights } from '../context.js'
+import type { FenceWindow } from '../context.js'
 
 interface Waiter { token: bigint; wake: (ok: boolean) => void }
 
 /** One resource's requests in this process. */
-export class ResourceFlights implements FenceFlights {
+export class ResourceWindow implements FenceWindow {
   /** tokens of the registered requests (checking, waiting, sent, or held after an unknown outcome): a multiset */
   readonly tokens: bigint[] = []
   /** the highest token sent upstream while this entry existed; -1n before any */
@@ -47,8 +47,8 @@ export class ResourceFlights implements FenceFlights {
 /** Requests in flight per route, for the `fencegate_fencing_in_flight` gauge. */
 export interface RouteCount { n: number }
 
-export class InFlight {
-  readonly #resources = new Map<string, ResourceFlights>()
+export class WindowTracker {
+  readonly #resources = new Map<string, ResourceWindow>()
   readonly #routes = new Map<string, RouteCount>()
 
   /** The in-flight counter of a route (one object per route, counted without allocation). */
@@ -65,15 +65,15 @@ export class InFlight {
   byRoute(): IterableIterator<[string, RouteCount]> { return this.#routes.entries() }
 
   /** Registers a request with `token` on `resource`; end it with `leave` (or `hold`) exactly once. */
-  enter(resource: string, token: bigint): ResourceFlights {
+  enter(resource: string, token: bigint): ResourceWindow {
     let s = this.#resources.get(resource)
-    if (s === undefined) this.#resources.set(resource, (s = new ResourceFlights(resource)))
+    if (s === undefined) this.#resources.set(resource, (s = new ResourceWindow(resource)))
     s.tokens.push(token)
     return s
   }
 
   /** Unregisters one request; wakes newer tokens waiting for it; drops the entry when empty. */
-  leave(s: ResourceFlights, token: bigint): void {
+  leave(s: ResourceWindow, token: bigint): void {
     const t = s.tokens
     const i = t.indexOf(token)
     if (i < 0) return
@@ -92,7 +92,7 @@ export class InFlight {
    * so the upstream may still apply it, and newer tokens must not go ahead of it. `done` runs
    * when the hold ends.
    */
-  hold(s: ResourceFlights, token: bigint, until: number, done: () => void): void {
+  hold(s: ResourceWindow, token: bigint, until: number, done: () => void): void {
     if (until > s.heldUntil) s.heldUntil = until
     setTimeout(() => { done(); this.leave(s, token) }, Math.max(0, until - Date.now())).unref()
   }
@@ -101,7 +101,7 @@ export class InFlight {
    * Waits until no token older than `token` is registered on `s`, at most `ms`.
    * @returns true when none is left, false when the wait ran out
    */
-  waitForOlder(s: ResourceFlights, token: bigint, ms: number): Promise<boolean> {
+  waitForOlder(s: ResourceWindow, token: bigint, ms: number): Promise<boolean> {
     if (!s.hasOlder(token)) return Promise.resolve(true)
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -115,7 +115,7 @@ export class InFlight {
     })
   }
 
-  #wake(s: ResourceFlights): void {
+  #wake(s: ResourceWindow): void {
     const w = s.waiters!
     for (let i = w.length - 1; i >= 0; i--) {
       if (!s.hasOlder(w[i].token)) {

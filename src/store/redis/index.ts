@@ -4,7 +4,7 @@
  *
  * Every operation that reads and then writes is one Lua script, so Redis runs it atomically:
  * no other command (from this or another replica) runs between its check and its write. The
- * scripts implement the table of src/store/records.ts exactly; the conformance suite holds
+ * scripts implement the table of src/store/record-state.ts exactly; the conformance suite holds
  * them to it.
  *
  * Key layout (every key is its own hash tag, so records and marks spread over a cluster's slots
@@ -73,10 +73,10 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from './types.js'
-import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog } from '../audit/types.js'
-import type { OlderWrites, Registration } from './types.js'
-import { olderOf, type Registered } from './registrations.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from '../types.js'
+import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog } from '../attempt-log/types.js'
+import type { OlderWrites, Registration } from '../types.js'
+import { olderOf, type Registered } from '../registrations.js'
 
 export interface RedisStoreOptions {
   /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated */

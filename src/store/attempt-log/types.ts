@@ -3,8 +3,7 @@
  * request path through a bounded queue (src/audit/queue.ts) and kept by the store. Entries
  * never carry a raw idempotency key: `keyHash` is the hex SHA-256 of scope and key.
  */
-import type { Outcome } from '../problems.js'
-import type { UnknownReason } from '../store/types.js'
+import type { Outcome, UnknownReason } from '../../outcomes.js'
 
 /** One decision: a request's attempt, or an operator's resolution of an unknown outcome. */
 export interface AuditEntry {

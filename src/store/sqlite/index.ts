@@ -23,12 +23,12 @@ import { mkdirSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db, type Statement } from 'better-sqlite3'
-import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './records.js'
-import { recordId, parseRecordId } from './memory.js'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord, type UnknownReason } from './types.js'
-import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../audit/sql.js'
-import type { AuditCounts, AuditEntry, AuditLog } from '../audit/types.js'
-import type { OlderWrites, Registration } from './types.js'
+import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from '../record-state.js'
+import { recordId, parseRecordId } from '../memory.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord, type UnknownReason } from '../types.js'
+import { AUDIT_COLUMNS, auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
+import type { AuditCounts, AuditEntry, AuditLog } from '../attempt-log/types.js'
+import type { OlderWrites, Registration } from '../types.js'
 
 export interface SqliteStoreOptions {
   /** database file; its folder is created when missing */
