@@ -10,7 +10,7 @@ import { MemoryStore } from './memory.js'
 import { SqliteStore } from './sqlite/index.js'
 import { RedisStore } from './redis/index.js'
 import { PostgresStore, migratePostgres } from './postgres/index.js'
-import { StoreError, type RecordKey, type Store } from './types.js'
+import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from './types.js'
 
 export { StoreError, type Store } from './types.js'
 
@@ -96,11 +96,17 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   /**
    * `call(op, attempt)` for an operation that may claim a key. The request fails closed when the
    * call fails or times out, but a slow store may still apply the claim afterwards: it is then
-   * given back, or the key would read as in flight and then as an unknown outcome.
+   * given back, or the key would read as in flight and then as an unknown outcome. A claim that
+   * took over an unknown outcome is put back as that outcome (as redis's own give-back does), not
+   * released: releasing would forget it, and the next retry would not count as a duplicate.
    */
-  const givingBack = <T>(op: string, attempt: Promise<T>, claimed: (r: T) => boolean, key: RecordKey, claimId: string): Promise<T> =>
+  const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest, now: number): Promise<T> =>
     call(op, () => attempt).catch((e) => {
-      attempt.then((r) => { if (claimed(r)) return inner.release(key, claimId) }).catch(() => {})
+      attempt.then((r) => {
+        const c = claimOf(r)
+        if (c?.kind !== 'claimed') return
+        return c.after ? inner.finish(key, req.claimId, { kind: 'unknown', reason: c.after }, req.ttlMs, now) : inner.release(key, req.claimId)
+      }).catch(() => {})
       throw e
     })
   return {
@@ -109,8 +115,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),
-    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r.kind === 'claimed', key, req.claimId),
-    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim?.kind === 'claimed', key, req.claimId),
+    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req, now),
+    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req, now),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     release: (key, claimId) => call('release', () => inner.release(key, claimId)),

@@ -7,8 +7,9 @@
  * would let the key be forwarded again), so past `maxRecords` of them new claims are refused.
  */
 import { LRUCache } from 'lru-cache'
-import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from './record-state.js'
 import { randomUUID } from 'node:crypto'
+import { decideClaim, decideFinish, decideResolve, mayRelease, parseRecordId, recordId, type IdemRecord } from './record-state.js'
+import { storeCall } from './call.js'
 import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
 import { MemoryAuditLog } from './attempt-log/memory.js'
 import type { OlderWrites, Registration } from './types.js'
@@ -23,15 +24,6 @@ export interface MemoryStoreOptions {
   auditRetentionMs?: number
   /** most attempt log entries kept; default 10,000 */
   auditCapacity?: number
-}
-
-export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.key}`
-
-/** The key of a `recordId` (a key has no newline; a scope is hex or empty). */
-export function parseRecordId(id: string): RecordKey {
-  const k = id.lastIndexOf('\n')
-  const s = id.lastIndexOf('\n', k - 1)
-  return { route: id.slice(0, s), scope: id.slice(s + 1, k), key: id.slice(k + 1) }
 }
 
 export class MemoryStore implements Store {
@@ -63,12 +55,13 @@ export class MemoryStore implements Store {
     return this.#held.get(id) ?? this.#records.get(id)
   }
 
-  #put(id: string, r: IdemRecord, now: number): void {
+  /** @throws StoreError naming `op` when a new in-flight or unknown record would pass maxRecords */
+  #put(id: string, r: IdemRecord, now: number, op: string): void {
     if (r.state === 'in_flight' || r.state === 'unknown') {
       if (!this.#held.has(id) && this.#held.size >= this.#maxRecords) {
         for (const [k, v] of this.#held) if (v.expiresAt <= now) this.#held.delete(k)
         if (this.#held.size >= this.#maxRecords) {
-          throw new StoreError(`memory store holds ${this.#maxRecords} in-flight or unknown records (store.maxRecords); refusing a new claim rather than forgetting one`, 'claim')
+          throw new StoreError(`memory store holds ${this.#maxRecords} in-flight or unknown records (store.maxRecords); refusing a new claim rather than forgetting one`, op)
         }
       }
       this.#records.delete(id)
@@ -79,20 +72,24 @@ export class MemoryStore implements Store {
     }
   }
 
-  #open(op: string): void {
-    if (this.#closed) throw new StoreError('store is closed', op)
+  /**
+   * Runs one call in a synchronous section (nothing else runs inside it).
+   * @throws StoreError after `close()`, or when the section threw (capacity, or a bug)
+   */
+  #call<T>(op: string, fn: () => T): Promise<T> {
+    return storeCall('memory', op, this.#closed, async () => fn())
   }
 
-  async fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
-    this.#open('fence')
-    return this.#fence(resource, token, now)
+  fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
+    return this.#call('fence', () => this.#fence(resource, token, now, 'fence'))
   }
 
-  #fence(resource: string, token: bigint, now: number): FenceResult {
+  /** @throws StoreError naming `op` when a new resource would pass maxResources */
+  #fence(resource: string, token: bigint, now: number, op: string): FenceResult {
     const highest = this.#fences.get(resource)
     if (highest === undefined) {
       if (this.#fences.size >= this.#maxResources) {
-        throw new StoreError(`memory store holds ${this.#maxResources} resources (store.maxResources); refusing a new one rather than forgetting a high-water mark`, 'fence')
+        throw new StoreError(`memory store holds ${this.#maxResources} resources (store.maxResources); refusing a new one rather than forgetting a high-water mark`, op)
       }
     } else if (token <= highest) {
       const since = this.#since.get(resource)
@@ -103,81 +100,90 @@ export class MemoryStore implements Store {
     return { accepted: true, highest: token, since: now, raised: true }
   }
 
-  /** fence and claim in one synchronous section: nothing else runs between them */
-  async admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-    this.#open('admit')
-    const result = this.#fence(fence.resource, fence.token, now)
-    if (!result.accepted) return { fence: result }
-    return { fence: result, claim: this.#claim(key, req, now) }
+  /**
+   * Fence and claim in one synchronous section: nothing else runs between them. When the claim
+   * step fails (store.maxRecords reached), admit rejects with StoreError and the fence's decision
+   * stands: a raised mark stays raised, as a lone `fence` would have left it (src/store/types.ts).
+   */
+  admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
+    return this.#call('admit', () => {
+      const result = this.#fence(fence.resource, fence.token, now, 'admit')
+      if (!result.accepted) return { fence: result }
+      return { fence: result, claim: this.#claim(key, req, now, 'admit') }
+    })
   }
 
-  async highest(resource: string): Promise<bigint | undefined> {
-    this.#open('highest')
-    return this.#fences.get(resource)
+  highest(resource: string): Promise<bigint | undefined> {
+    return this.#call('highest', () => this.#fences.get(resource))
   }
 
-  async mark(resource: string): Promise<FenceMark | undefined> {
-    this.#open('mark')
-    const highest = this.#fences.get(resource)
-    return highest === undefined ? undefined : { highest, since: this.#since.get(resource) }
+  mark(resource: string): Promise<FenceMark | undefined> {
+    return this.#call('mark', () => {
+      const highest = this.#fences.get(resource)
+      return highest === undefined ? undefined : { highest, since: this.#since.get(resource) }
+    })
   }
 
-  async claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    this.#open('claim')
-    return this.#claim(key, req, now)
+  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
+    return this.#call('claim', () => this.#claim(key, req, now, 'claim'))
   }
 
-  #claim(key: RecordKey, req: ClaimRequest, now: number): ClaimResult {
+  #claim(key: RecordKey, req: ClaimRequest, now: number, op: string): ClaimResult {
     const id = recordId(key)
     const { result, write } = decideClaim(this.#get(id), req, now)
-    if (write) this.#put(id, write, now)
+    if (write) this.#put(id, write, now, op)
     return result
   }
 
-  async finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    this.#open('finish')
-    const id = recordId(key)
-    const next = decideFinish(this.#get(id), claimId, done, ttlMs, now)
-    if (next) this.#put(id, next, now)
+  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
+    return this.#call('finish', () => {
+      const id = recordId(key)
+      const next = decideFinish(this.#get(id), claimId, done, ttlMs, now)
+      if (next) this.#put(id, next, now, 'finish')
+    })
   }
 
-  async renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    this.#open('renew')
-    const r = this.#get(recordId(key))
-    if (!mayRelease(r, claimId)) return false
-    r!.leaseUntil = now + leaseMs
-    return true
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
+    return this.#call('renew', () => {
+      const r = this.#get(recordId(key))
+      if (!mayRelease(r, claimId)) return false
+      r!.leaseUntil = now + leaseMs
+      return true
+    })
   }
 
-  async release(key: RecordKey, claimId: string): Promise<void> {
-    this.#open('release')
-    const id = recordId(key)
-    if (mayRelease(this.#get(id), claimId)) this.#held.delete(id)
+  release(key: RecordKey, claimId: string): Promise<void> {
+    return this.#call('release', () => {
+      const id = recordId(key)
+      if (mayRelease(this.#get(id), claimId)) this.#held.delete(id)
+    })
   }
 
-  async resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    this.#open('resolve')
-    const id = recordId(key)
-    const { result, write } = decideResolve(this.#get(id), as, ttlMs, now)
-    if (write === null) this.#held.delete(id)
-    else if (write) this.#put(id, write, now)
-    return result
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
+    return this.#call('resolve', () => {
+      const id = recordId(key)
+      const { result, write } = decideResolve(this.#get(id), as, ttlMs, now)
+      if (write === null) this.#held.delete(id)
+      else if (write) this.#put(id, write, now, 'resolve')
+      return result
+    })
   }
 
-  async unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
-    this.#open('unknowns')
-    const { route, limit = 1000 } = options
-    const out: UnknownRecord[] = []
-    for (const [id, r] of this.#held) {
-      if (out.length >= limit) break
-      if (r.expiresAt <= now) continue
-      const crashed = r.state === 'in_flight' && r.leaseUntil <= now
-      if (r.state !== 'unknown' && !crashed) continue
-      const key = parseRecordId(id)
-      if (route !== undefined && key.route !== route) continue
-      out.push({ key, reason: crashed ? 'crash' : r.reason ?? 'crash', leaseUntil: r.leaseUntil, expiresAt: r.expiresAt })
-    }
-    return out
+  unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
+    return this.#call('unknowns', () => {
+      const { route, limit = 1000 } = options
+      const out: UnknownRecord[] = []
+      for (const [id, r] of this.#held) {
+        if (out.length >= limit) break
+        if (r.expiresAt <= now) continue
+        const crashed = r.state === 'in_flight' && r.leaseUntil <= now
+        if (r.state !== 'unknown' && !crashed) continue
+        const key = parseRecordId(id)
+        if (route !== undefined && key.route !== route) continue
+        out.push({ key, reason: crashed ? 'crash' : r.reason ?? 'crash', leaseUntil: r.leaseUntil, expiresAt: r.expiresAt })
+      }
+      return out
+    })
   }
 
   /** `fencing.serialize: store`: per resource, the registered writes by id; expired ones go when their resource is next written */
@@ -186,60 +192,64 @@ export class MemoryStore implements Store {
   #swept = 0
 
   /** One synchronous section: nothing runs between reading the mark and registering. */
-  async register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
-    this.#open('register')
-    const highest = this.#fences.get(resource)
-    if (highest !== undefined && token < highest) return { registered: false, highest }
-    if (now - this.#swept >= 60_000) {
-      this.#swept = now
-      for (const [r, ws] of this.#registrations) {
-        for (const [k, w] of ws) if (w.deadline <= now) ws.delete(k)
-        if (ws.size === 0) this.#registrations.delete(r)
+  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
+    return this.#call('register', (): Registration => {
+      const highest = this.#fences.get(resource)
+      if (highest !== undefined && token < highest) return { registered: false, highest }
+      if (now - this.#swept >= 60_000) {
+        this.#swept = now
+        for (const [r, ws] of this.#registrations) {
+          for (const [k, w] of ws) if (w.deadline <= now) ws.delete(k)
+          if (ws.size === 0) this.#registrations.delete(r)
+        }
       }
-    }
-    let writes = this.#registrations.get(resource)
-    if (writes === undefined) this.#registrations.set(resource, (writes = new Map()))
-    for (const [k, w] of writes) if (w.deadline <= now) writes.delete(k)
-    writes.set(id, { token, deadline })
-    return { registered: true, ...olderOf(writes.values(), token, now) }
+      let writes = this.#registrations.get(resource)
+      if (writes === undefined) this.#registrations.set(resource, (writes = new Map()))
+      for (const [k, w] of writes) if (w.deadline <= now) writes.delete(k)
+      writes.set(id, { token, deadline })
+      return { registered: true, ...olderOf(writes.values(), token, now) }
+    })
   }
 
-  async olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
-    this.#open('older_registered')
-    const writes = this.#registrations.get(resource)
-    return writes === undefined ? { until: 0 } : olderOf(writes.values(), token, now)
+  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
+    return this.#call('older_registered', () => {
+      const writes = this.#registrations.get(resource)
+      return writes === undefined ? { until: 0 } : olderOf(writes.values(), token, now)
+    })
   }
 
-  async unregister(resource: string, id: string, until = 0): Promise<void> {
-    this.#open('unregister')
-    const writes = this.#registrations.get(resource)
-    const w = writes?.get(id)
-    if (!w) return
-    if (until > 0) {
-      w.deadline = until
-      return
-    }
-    writes!.delete(id)
-    if (writes!.size === 0) this.#registrations.delete(resource)
+  unregister(resource: string, id: string, until = 0): Promise<void> {
+    return this.#call('unregister', () => {
+      const writes = this.#registrations.get(resource)
+      const w = writes?.get(id)
+      if (!w) return
+      if (until > 0) {
+        w.deadline = until
+        return
+      }
+      writes!.delete(id)
+      if (writes!.size === 0) this.#registrations.delete(resource)
+    })
   }
 
   readonly #epoch = randomUUID()
 
   /** A process's memory cannot lose data behind its back: the epoch never changes. */
-  async markers(): Promise<StateMarkers> {
-    this.#open('markers')
-    return { epoch: this.#epoch, accepted: this.#epoch }
+  markers(): Promise<StateMarkers> {
+    return this.#call('markers', () => ({ epoch: this.#epoch, accepted: this.#epoch }))
   }
 
-  async acceptLoss(): Promise<string> {
-    return this.#epoch
+  acceptLoss(): Promise<string> {
+    return this.#call('accept_loss', () => this.#epoch)
   }
 
-  async ping(): Promise<void> {
-    this.#open('ping')
+  ping(): Promise<void> {
+    return this.#call('ping', () => {})
   }
 
+  /** Every later call, of the store and of its attempt log, rejects with StoreError. */
   async close(): Promise<void> {
     this.#closed = true
+    this.audit.close()
   }
 }

@@ -8,7 +8,20 @@
  *   unknown --claim with retryUnknown--> in_flight (a possible duplicate effect)
  *   unknown | in_flight past lease --resolve failed--> (none)   --resolve completed--> not_stored (status 0)
  */
-import type { ClaimRequest, ClaimResult, Completion, Resolution, ResolveResult, StoredResponse, UnknownReason } from './types.js'
+import type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, StoredResponse, UnknownReason } from './types.js'
+
+/**
+ * The one string a record is stored under: route, scope and key, each on its own line. The
+ * route comes first, so a route's records share a prefix (`Store.unknowns` with `route`).
+ */
+export const recordId = (k: RecordKey): string => `${k.route}\n${k.scope}\n${k.key}`
+
+/** The key of a `recordId` (a key has no newline; a scope is hex or empty). */
+export function parseRecordId(id: string): RecordKey {
+  const k = id.lastIndexOf('\n')
+  const s = id.lastIndexOf('\n', k - 1)
+  return { route: id.slice(0, s), scope: id.slice(s + 1, k), key: id.slice(k + 1) }
+}
 
 export type RecordState = 'in_flight' | 'completed' | 'not_stored' | 'unknown'
 

@@ -1,21 +1,32 @@
 /**
- * The store interface: the only place fencegate keeps state. Every implementation (memory,
- * sqlite, and later redis, postgres) passes the one conformance suite in test/store/.
+ * The store interface: the only place fencegate keeps state. Four implementations — memory
+ * (./memory.ts), sqlite (./sqlite/), redis (./redis/, one server or a Redis Cluster) and postgres
+ * (./postgres/) — each pass the one conformance suite, test/store/conformance.ts, run by
+ * test/store/{memory,sqlite,redis,redis-cluster,redis-replicas,postgres}.test.ts. What this file
+ * promises the suite checks, unless a sentence says it is not checked there (and where it is).
  *
  * Atomicity promises, which the request path relies on:
  * - `fence` is a single check-and-set: no two calls for one resource interleave between the
- *   comparison and the write, across every gateway process sharing the store.
+ *   comparison and the write, across every gateway process sharing the store (suite: 100
+ *   shuffled tokens at once, and split between two clients where the store can be shared;
+ *   sqlite.test.ts also runs two OS processes on one file).
  * - `claim` is a single check-and-set on the record key: of N concurrent claims of one key at
- *   most one returns `claimed`.
+ *   most one returns `claimed` (suite: 100 at once, from one client and from two).
  * - `register` reads the resource's mark and writes the registration with no `fence` of that
- *   resource in between, from any process (`fencing.serialize: store`, src/fencing/window.ts).
- * - `complete`, `release` and `markUnknown` act only when the record is still held by the
- *   claim that names it (`claimId`): a claim taken over after its lease ended cannot be
- *   overwritten by the holder that lost it.
- * Durability: a high-water mark is never evicted or expired. Idempotency records live for
- * their `ttlMs`; an in-flight record whose lease passed is reported as abandoned.
- * Errors: any method may reject with `StoreError`; callers treat it as "the store cannot
- * answer" and fail closed.
+ *   resource in between, from any process (`fencing.serialize: store`, src/fencing/window.ts;
+ *   suite: 60 writes racing from two clients, so only on the stores that can be shared).
+ * - `finish`, `renew` and `release` act only while the record is in flight under the claim that
+ *   names it (`claimId`): a claim taken over after its lease ended cannot be overwritten,
+ *   extended or deleted by the holder that lost it.
+ * Durability: a high-water mark is never evicted or expired — not checked by the suite (no test
+ * waits forever); memory.test.ts checks that a full memory store refuses a new resource rather
+ * than forget a mark, redis.test.ts that a mark's key has no ttl. Idempotency records live for
+ * their `ttlMs`; an in-flight record whose lease passed is an unknown outcome (reason `crash`),
+ * reported as `abandoned` by the one claim that finds it first.
+ * Errors: any method may reject with `StoreError`; callers treat it as "the store cannot answer"
+ * and fail closed (503). The suite checks it after `close()` and for a half-failed `admit`; a
+ * store that is down or goes away is tested in each store's own test file and in
+ * test/store-faults.test.ts.
  */
 
 import type { AuditLog } from './attempt-log/types.js'
@@ -28,9 +39,12 @@ export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
 export interface FenceMark {
   highest: bigint
   /**
-   * epoch ms (the clock of the gateway that raised the mark) when `highest` was first accepted:
-   * when the lease generation it names took over. Undefined for a mark written before fencegate
-   * kept it (or, on redis, by an older gateway sharing the store).
+   * When `highest` was first accepted, epoch ms: when the lease generation it names took over.
+   * The clock is the `now` of the call that raised the mark (the gateway's), except on postgres
+   * for a mark raised by an older gateway through the v1 functions (the database's clock).
+   * Undefined for a mark written before fencegate kept it (or, on redis, raised by an older
+   * gateway sharing the store). The suite checks the `now` kept; the older layouts are checked
+   * in sqlite.test.ts, redis.test.ts and postgres.test.ts.
    */
   since?: number
 }
@@ -59,8 +73,12 @@ export interface AdmitResult {
 
 /** Identifies one idempotency record: (route, hash of scope, idempotency key). */
 export interface RecordKey {
+  /** the route's name */
   route: string
-  /** hex SHA-256 of the filled scope template */
+  /**
+   * hex SHA-256 of the filled scope template, or "" when the route has none (src/idempotency/
+   * read.ts); the stores keep it as an opaque string
+   */
   scope: string
   /** the idempotency key, unquoted (1–255 visible ASCII characters) */
   key: string
@@ -79,13 +97,17 @@ export type { UnknownReason }
 
 export interface ClaimRequest {
   fingerprint: string
-  /** unique id of this attempt; later calls must name it */
+  /** unique id of this attempt; `finish`, `renew` and `release` name it */
   claimId: string
   /** how long the in-flight record holds the key before it counts as abandoned, ms */
   leaseMs: number
   /** how long the record lives in all, ms (contract `idempotency.ttl`) */
   ttlMs: number
-  /** `retry`: a record whose outcome is unknown may be claimed again (at-least-once) */
+  /**
+   * `unknownOutcome: retry` (at-least-once): a record whose outcome is unknown — finished as
+   * unknown, or in flight past its lease — is taken over (`claimed` with `after`) instead of
+   * reported as `unknown`
+   */
   retryUnknown: boolean
 }
 
@@ -95,9 +117,11 @@ export interface ClaimRequest {
  *   this claim replaced an earlier attempt whose outcome is unknown (a possible duplicate
  *   effect), absent for a fresh key.
  * - `completed`: replay `response`.
- * - `not_stored`: the first attempt completed with `status` but its response was too large to keep.
+ * - `not_stored`: the first attempt completed with `status` but its response was too large to
+ *   keep; status 0 when an operator resolved an unknown outcome as completed (`resolve`).
  * - `in_flight`: another attempt holds the key until `leaseUntil` (epoch ms).
- * - `unknown`: the first attempt's outcome is unknown and the route is at-most-once.
+ * - `unknown`: the first attempt's outcome is unknown (`reason`) and the claim does not retry
+ *   unknowns (`retryUnknown` false).
  * - `mismatch`: the key was used with another fingerprint.
  * `abandoned` is set on the one call that found an in-flight record past its lease (its holder
  * crashed or hung): the moment the outcome became unknown, counted once.
@@ -117,7 +141,7 @@ export type ClaimResult =
 export interface UnknownRecord {
   key: RecordKey
   reason: UnknownReason
-  /** when the lease ran out, epoch ms, for a crashed holder; 0 when the attempt itself finished as unknown */
+  /** when the lease ran out, epoch ms, for a crashed holder; 0 when the attempt was finished as unknown (`finish`) */
   leaseUntil: number
   /** when the record is forgotten and the key usable as new, epoch ms */
   expiresAt: number
@@ -129,8 +153,8 @@ export type Resolution = 'completed' | 'failed'
 /**
  * What `resolve` did:
  * - `resolved`: the record was unknown (`reason`), or in flight past its lease (reason `crash`),
- *   and now is released (`failed`) or completed without a stored response (`completed`);
- * - `not_found`: no record under the key (never used, expired, or released);
+ *   and now is deleted (`failed`) or completed without a stored response (`completed`);
+ * - `not_found`: no record under the key (never used, expired, released or resolved `failed`);
  * - `refused`: the record is in another `state` and was left alone: an attempt still inside
  *   its lease, or one whose outcome is known.
  */
@@ -148,30 +172,57 @@ export type Completion =
 export interface Store {
   readonly kind: StoreKind
   /**
-   * True when every call completes synchronously in this process (memory): a timer could never
-   * fire before it, so callers skip the timeout race. Not sqlite: it waits for another process's
-   * lock on timers (bounded by its own busyTimeoutMs too), so it is raced like the network stores.
+   * True only for the memory store (MemoryStore sets it; SqliteStore and the stand-in of ./late.ts
+   * set false, redis and postgres leave it out): every call settles in the turn of the event loop
+   * it was made in, so no timer can fire before it. guardStore (./index.ts) reads it: the calls of
+   * such a store are not raced against `store.timeout`, so none times out and no late claim is
+   * left to give back. sqlite is not one: it waits for another process's lock on timers (up to its
+   * own busyTimeoutMs), so it is raced like the network stores. Not checked by the suite;
+   * test/store/guard.test.ts checks guardStore with a store that is not in process.
    */
   readonly inProcess?: boolean
   /**
    * Fencing check-and-set (contract §3): accept iff `token >= highest`, and then set
    * `highest := token`, atomically. A resource seen for the first time accepts any token.
-   * When it raises the mark (or sets the first), `now` is kept with it as `since`, atomically.
+   * When it raises the mark (or sets the first), `now` is kept with it as `since`, atomically;
+   * an equal token keeps the `since` there was.
    * @param resource the filled resource template
-   * @param token 0 ≤ token ≤ 2^63−1
+   * @param token 0 ≤ token ≤ 2^63−1, compared exactly (the caller has validated it: src/fencing/token.ts)
    * @param now epoch ms, the `since` of a mark this call raises; default Date.now()
    */
   fence(resource: string, token: bigint, now?: number): Promise<FenceResult>
   /**
-   * `fence`, and — only when it accepts — `claim`, as one call: one round trip where the store
-   * allows it (postgres: one function; memory and sqlite: one atomic section). A stale token
-   * leaves the key untouched, as when the two calls are made one after the other. `now` is also
-   * the `since` of a mark the fence raises.
+   * `fence`, and — only when it accepts — `claim`, as one call. A stale token answers the
+   * refusal with no `claim` and leaves the key untouched, as when the two calls are made one
+   * after the other. `now` is the claim's clock and the `since` of a mark the fence raises.
+   * One round trip where the store allows it: memory runs both in one synchronous section, sqlite
+   * as one operation of its group commit, postgres as one function, redis on one server as one
+   * script; on a Redis Cluster the mark and the record are in two slots, so it is FENCE and then
+   * CLAIM, and a newer token may be fenced between them (as it could be just after; the request
+   * is forwarded either way). Round trips and what may run between the steps are not checked by
+   * the suite.
+   *
+   * Half failure: admit is fence, then claim. When the claim step fails while the store still
+   * answers, admit rejects with StoreError, no claim is held, and the fence's decision stands:
+   * the mark is left as a lone `fence` would have left it (raised to the token, with `now` as its
+   * `since`, when it was below); a retry of the same admit with a new claimId is admitted.
+   * Nothing undoes a raised mark: on a Redis Cluster the fence is on another slot, and lowering a
+   * mark could let an older token in after a newer one was forwarded. When the store cannot be
+   * reached at all, nothing changed. (A claim whose answer was lost on the way — the store wrote
+   * it but the connection dropped — is held until its lease ends and then reads as an unknown
+   * outcome, reason `crash`; guardStore in ./index.ts gives back a claim that answers after the
+   * timeout.) The suite checks the half failure with each store's fault injector
+   * (`ConformanceOptions.failClaims`): the rejection, the raised mark, a stale token still
+   * answered, and the retry. That an unreachable store changed nothing is not checked by any test.
+   * @throws StoreError when either step fails (as above), or after `close()`
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult>
   /** Read the high-water mark of a resource, or undefined when none was accepted yet. */
   highest(resource: string): Promise<bigint | undefined>
-  /** Read the high-water mark and its `since`, or undefined when none was accepted yet. Reading never writes. */
+  /**
+   * Read the high-water mark and its `since`, or undefined when none was accepted yet. Reading
+   * never writes (suite: a resource only read still takes its first token as a new mark).
+   */
   mark(resource: string): Promise<FenceMark | undefined>
   /**
    * Claim an idempotency key atomically (draft-ietf-httpapi-idempotency-key-header §2.6).
@@ -181,7 +232,7 @@ export interface Store {
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult>
   /**
    * Record how the attempt `claimId` ended; keeps the record for `ttlMs` from `now`.
-   * A no-op when the claim is no longer held (taken over after its lease).
+   * A no-op when the claim is no longer held (finished, released, or taken over after its lease).
    */
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void>
   /**
@@ -191,7 +242,13 @@ export interface Store {
    *   was finished, released, expired or taken over (nothing written)
    */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean>
-  /** Give the key up: nothing was done upstream (502/503/504/429 or a connect failure). */
+  /**
+   * Give the key up: deletes the record while it is in flight under `claimId` (a no-op
+   * otherwise), so the key is claimable as new. For when nothing was done upstream: the request
+   * was never sent, or the upstream answered a status of `idempotency.releaseStatuses` (default
+   * 429, 502, 503, 504); guardStore (./index.ts) also gives back a claim that answered too late
+   * (released, or — when it took over an unknown outcome — finished as that outcome again).
+   */
   release(key: RecordKey, claimId: string): Promise<void>
   /**
    * An operator settles an attempt whose outcome is unknown, atomically with reading it:
@@ -201,9 +258,10 @@ export interface Store {
    */
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult>
   /**
-   * Every record now in the unknown state (see `UnknownRecord`), at most `limit` (default 1000),
-   * only `route`'s when given; in no particular order. Off the request path: `fencegate unknown`,
-   * admin `GET /unknown` and the `fencegate_unknown_outcomes_unresolved` gauge read it.
+   * Every record now in the unknown state (see `UnknownRecord`), at most `limit` (default 1000;
+   * the default is not checked by the suite), only `route`'s when given; in no particular order.
+   * Off the request path: `fencegate unknown`, admin `GET /unknown` and the
+   * `fencegate_unknown_outcomes_unresolved` gauge read it.
    */
   unknowns(now: number, options?: { route?: string; limit?: number }): Promise<UnknownRecord[]>
   /**
@@ -215,7 +273,10 @@ export interface Store {
    * write, the registrations of the resource with a lower token still live at `now`.
    */
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration>
-  /** The registrations of `resource` with a token below `token` still live at `now` (deadline > now). Reading never writes. */
+  /**
+   * The registrations of `resource` with a token below `token` still live at `now` (deadline >
+   * now). Reading never writes (not checked by the suite).
+   */
   olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites>
   /**
    * Ends the registration `id` of `resource`: deletes it, or — with `until` > 0 — keeps it until
@@ -223,24 +284,41 @@ export interface Store {
    * apply; a request that must stay registered longer). A no-op when it is gone.
    */
   unregister(resource: string, id: string, until?: number): Promise<void>
-  /** The attempt log kept by this store (contract §8). */
+  /**
+   * The attempt log kept by this store (contract §8); its methods reject with StoreError after
+   * `close()`, like the store's. guardStore passes it through without the timeout race: the
+   * audit queue (src/audit/queue.ts) bounds, counts and logs its own failures.
+   */
   readonly audit: AuditLog
   /**
    * The state markers (contract §3): `epoch` is written when the store is first initialised
    * and never changes while its data lives; a different or missing epoch means the data was
    * lost (a Redis restarted without persistence, a replaced SQLite file, a recreated schema).
-   * `accepted` is the epoch an operator accepted after such a loss. Reading never writes.
+   * `accepted` is the epoch an operator accepted after such a loss. Memory: the epoch is made
+   * with the store and always accepted (a process's memory is not lost behind its back).
+   * Reading never writes. The suite checks that the epoch is there and stays; the loss, and that
+   * a lost epoch stays lost until accept-loss, are checked in test/state-loss.test.ts.
    */
   markers(): Promise<StateMarkers>
   /**
-   * An operator's `fencegate store accept-loss`: writes a new epoch when none is left, and
-   * marks the current one accepted so running gateways carry on with it.
+   * An operator's `fencegate store accept-loss`: writes a new epoch when none is left (on a Redis
+   * Cluster also when a copy of it is missing or differs), and marks the current one accepted so
+   * running gateways carry on with it. The suite checks the answer and the markers after it; the
+   * new epoch after a loss is checked in test/state-loss.test.ts.
    * @returns the accepted epoch
    */
   acceptLoss(): Promise<string>
-  /** Answers when the store can serve requests; rejects with StoreError when not. */
+  /**
+   * Answers when the store can serve requests; rejects with StoreError when not. The suite checks
+   * an open store and a closed one; a store that is down, test/store-faults.test.ts.
+   */
   ping(): Promise<void>
-  /** Flush and close connections or files; further calls reject. */
+  /**
+   * Close connections or files (sqlite first commits the writes already asked for; not checked
+   * by the suite). Every later call rejects with StoreError whose `op` names it — `markers`,
+   * `acceptLoss` (`accept_loss`) and the attempt log's (`audit_append`, `audit_query`,
+   * `audit_timeline`, `audit_fenced`) included.
+   */
   close(): Promise<void>
 }
 
@@ -263,7 +341,10 @@ export interface StateMarkers {
   accepted?: string
 }
 
-/** The store could not answer: down, too slow, or full. Callers fail closed (503). */
+/**
+ * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or
+ * failing inside (the claim step of a half-failed `admit`). Callers fail closed (503).
+ */
 export class StoreError extends Error {
   constructor(
     message: string,

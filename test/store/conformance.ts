@@ -1,14 +1,17 @@
 /**
- * The store conformance suite: written once, run against every Store implementation
- * (memory.test.ts, sqlite.test.ts, and later redis and postgres). It asserts the promises in
- * src/store/types.ts: fencing check-and-set, the idempotency record state machine, claim ids,
- * ttl and lease expiry, key scoping and close().
+ * The store conformance suite: written once, run against every Store implementation by
+ * memory.test.ts, sqlite.test.ts, redis.test.ts, redis-cluster.test.ts, redis-replicas.test.ts
+ * and postgres.test.ts. It asserts the promises in src/store/types.ts: the fencing check-and-set
+ * and its `since`, `admit` (a half-failed one too), the idempotency record state machine, claim
+ * ids, ttl and lease expiry, renewal, key scoping, unknown outcomes and their resolution, the
+ * registrations of `fencing.serialize: store`, the attempt log, the state markers and close().
+ * What types.ts says is not checked here, it says so, with where it is checked.
  *
  * Time is driven through the `now` parameter; no test sleeps.
  *
  * Usage:
- *   describeStoreConformance('memory', async () => new MemoryStore())
- *   describeStoreConformance('sqlite', make, { cleanup, makeSecond })
+ *   describeStoreConformance('memory', async () => new MemoryStore(), { failClaims })
+ *   describeStoreConformance('sqlite', make, { cleanup, makeSecond, failClaims })
  */
 import { afterEach, describe, expect, test } from 'vitest'
 import type { AuditEntry } from '../../src/store/attempt-log/types.js'
@@ -31,7 +34,9 @@ export interface ConformanceOptions {
    * Makes the claim step of `admit` (and `claim`) fail inside the engine on `store` — a trigger
    * refusing writes to the records table, a record key holding the wrong type, a patched map —
    * while fences still work, and returns the function that removes the fault. Every store gives
-   * one: the suite checks what a half-failed `admit` leaves behind (src/store/types.ts `admit`).
+   * one: the suite checks what a half-failed `admit` leaves behind (src/store/types.ts `admit`),
+   * and a store's test file without it fails that test. The test claims only `key()` (the
+   * default record key), so a fault on that one record is enough.
    */
   failClaims?: (store: Store) => Promise<() => Promise<void>>
 }
@@ -407,6 +412,35 @@ export function describeStoreConformance(
         expect(again.fence).toMatchObject({ accepted: true, highest: 49n })
         expectResponse(again.claim!, sampleResponse())
       })
+
+      test('half-failed (the claim step fails, the store still answers): StoreError, the mark as a lone fence leaves it, no claim held; the retry is admitted', async () => {
+        // required, not optional: a store that cannot show what a half-failed admit leaves behind fails here
+        if (!options.failClaims) {
+          throw new Error(`store conformance "${name}": its test file passes no options.failClaims. Every store must provide a fault injector ` +
+            'that makes the claim step of admit fail while fences still work (ConformanceOptions.failClaims), so the suite can check ' +
+            'what a half-failed admit leaves behind (src/store/types.ts, Store.admit)')
+        }
+        const s = await open()
+        await s.fence('res/half', 5n, T0 - 5_000)
+        const heal = await options.failClaims(s)
+        try {
+          // a token above the mark: the fence raises it, then the claim step fails
+          const err = await s.admit({ resource: 'res/half', token: 7n }, key(), req('h1'), T0).then(() => undefined, (e: unknown) => e)
+          expect(err, 'admit whose claim step failed').toBeInstanceOf(StoreError)
+          // the fence's decision stands (nothing lowers a mark): where a lone fence would have left it
+          expect(await s.mark('res/half')).toEqual({ highest: 7n, since: T0 })
+          // a stale token never reaches the claim step: refused, without error
+          expect(await s.admit({ resource: 'res/half', token: 6n }, key(), req('h2'), T0 + 1)).toEqual({ fence: { accepted: false, highest: 7n, since: T0 } })
+          // a plain fence still works under the fault
+          expect(await s.fence('res/half', 7n, T0 + 2)).toEqual({ accepted: true, highest: 7n, since: T0 })
+          expect(await s.fence('res/half-other', 3n, T0 + 2)).toEqual({ accepted: true, highest: 3n, since: T0 + 2, raised: true })
+        } finally {
+          await heal()
+        }
+        // no claim is held: the same admit with a new claimId is admitted and claims the key
+        expect(await s.admit({ resource: 'res/half', token: 7n }, key(), req('h3'), T0 + 10)).toEqual({ fence: { accepted: true, highest: 7n, since: T0 }, claim: { kind: 'claimed' } })
+        expect(await s.claim(key(), req('h4'), T0 + 11)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10 + 10_000 })
+      })
     })
 
     describe('ttl', () => {
@@ -692,6 +726,9 @@ export function describeStoreConformance(
         expect(await s.mark('res/since')).toEqual({ highest: 7n, since: T0 + 300 })
         expect(await s.highest('res/since')).toBe(7n)
         expect(await s.mark('res/never')).toBeUndefined()
+        expect(await s.highest('res/never')).toBeUndefined()
+        // reading never writes: the resource only read takes its first token as a new mark
+        expect(await s.fence('res/never', 0n, T0 + 450)).toEqual({ accepted: true, highest: 0n, since: T0 + 450, raised: true })
         // resources keep their own
         expect(await s.fence('res/since2', 1n, T0 + 500)).toEqual({ accepted: true, highest: 1n, since: T0 + 500, raised: true })
         expect(await s.mark('res/since')).toEqual({ highest: 7n, since: T0 + 300 })
@@ -1006,7 +1043,7 @@ export function describeStoreConformance(
     })
 
     describe('close', () => {
-      test('every call after close() rejects with StoreError', async () => {
+      test('every call after close() rejects with StoreError naming it, the attempt log\'s included', async () => {
         const s = await open()
         await s.ping()
         await s.fence('res/a', 1n)
@@ -1024,6 +1061,13 @@ export function describeStoreConformance(
           ['unknowns', () => s.unknowns(T0 + 1)],
           ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
           ['ping', () => s.ping()],
+          ['markers', () => s.markers()],
+          ['accept_loss', () => s.acceptLoss()],
+          // the attempt log is the store's too
+          ['audit_append', () => s.audit.append([{ time: T0, kind: 'attempt', replica: 'host:1', route: 'pay', outcome: 'forwarded' }])],
+          ['audit_query', () => s.audit.query(T0 - 1_000, T0 + 1_000)],
+          ['audit_timeline', () => s.audit.timeline({ keyHashes: ['k1'] }, T0 - 1_000, 10)],
+          ['audit_fenced', () => s.audit.fenced(T0 - 1_000, T0 + 1_000, undefined, 10)],
         ]
         for (const [op, call] of calls) {
           const err = await call().then(

@@ -1,9 +1,35 @@
 import { describe, expect, test } from 'vitest'
 import { MemoryStore } from '../../src/store/memory.js'
-import { StoreError } from '../../src/store/types.js'
+import { StoreError, type RecordKey, type Store } from '../../src/store/types.js'
 import { describeStoreConformance } from './conformance.js'
 
-describeStoreConformance('memory', async () => new MemoryStore())
+/** past every `now` a test uses: the filler records never expire nor lapse, ms */
+const FAR = 8.64e15
+
+/**
+ * The memory store's own fault: it refuses a new claim once it holds `maxRecords` in-flight or
+ * unknown records (it never forgets one to make room), while fences still work. Fills the store
+ * with in-flight claims of keys no test uses, until a claim is refused.
+ * @returns releases the filler claims
+ */
+async function failClaims(store: Store): Promise<() => Promise<void>> {
+  const fill = { fingerprint: 'filler', claimId: 'filler', leaseMs: FAR, ttlMs: FAR, retryUnknown: false }
+  const held: RecordKey[] = []
+  // one at a time: past the limit every refused claim looks through all it holds
+  for (let n = 0; ; n++) {
+    const k: RecordKey = { route: 'test: failClaims', scope: '', key: String(n) }
+    const refused = await store.claim(k, fill, 0).then(() => undefined, (e: unknown) => e)
+    if (refused === undefined) {
+      held.push(k)
+      continue
+    }
+    if (!(refused instanceof StoreError) || !/maxRecords/.test(refused.message)) throw refused
+    break
+  }
+  return async () => { await Promise.all(held.map((k) => store.release(k, 'filler'))) }
+}
+
+describeStoreConformance('memory', async () => new MemoryStore(), { failClaims })
 
 describe('MemoryStore', () => {
   test('maxResources reached: a new resource is refused with StoreError, existing ones still work', async () => {

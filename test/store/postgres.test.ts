@@ -20,9 +20,28 @@ afterAll(async () => {
   await admin.end()
 })
 
+/**
+ * An engine-level fault: a trigger that refuses every INSERT and UPDATE of the records (only those
+ * of `key` when given), as a full disk or a broken constraint would; fences never touch that table.
+ * `body` replaces the refusal (a pg_sleep, to make the statement time out). Returns its removal.
+ */
+async function faultOnRecords(options: { key?: string; body?: string } = {}): Promise<() => Promise<void>> {
+  const when = options.key === undefined ? '' : `WHEN (NEW.key = '${options.key}')`
+  await admin.query(`CREATE OR REPLACE FUNCTION "${schema}".fg_test_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN ${options.body ?? "RAISE EXCEPTION 'test fault: records refused'"}; RETURN NEW; END $$;
+    CREATE TRIGGER fg_test_fault BEFORE INSERT OR UPDATE ON "${schema}".fg_records_v1 FOR EACH ROW ${when}
+      EXECUTE FUNCTION "${schema}".fg_test_fault()`)
+  return removeFault
+}
+const removeFault = async () => { await admin.query(`DROP TRIGGER IF EXISTS fg_test_fault ON "${schema}".fg_records_v1`) }
+
 describeStoreConformance('postgres', () => open(), {
   makeSecond: () => open(),
-  cleanup: async () => { await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1, "${schema}".fg_audit_v1`) },
+  failClaims: () => faultOnRecords(),
+  cleanup: async () => {
+    await removeFault() // a test that failed before removing its fault must not fail the next ones
+    await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1, "${schema}".fg_audit_v1`)
+  },
 })
 
 describe('PostgresStore', () => {
@@ -124,6 +143,51 @@ describe('PostgresStore', () => {
       expect(m!.since!).toBeLessThanOrEqual(Date.now() + 5000)
       expect(await s.fence('v1', 5n, T0)).toEqual({ accepted: false, highest: 6n, since: m!.since })
     } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`)
+    }
+  })
+
+  test('a half-failed admit (the server refuses the claim step): StoreError, the mark raised as a lone fence raises it, no claim held; its batch mates are admitted', async () => {
+    const s = await open()
+    try {
+      await faultOnRecords({ key: 'refused' })
+      // one batch: the server refuses it whole, each call is made again alone, and only the
+      // refused one fails — after its lone fence
+      const [ok, refused] = await Promise.allSettled([
+        s.admit({ resource: 'half/a', token: 3n }, key('fine'), req('c1'), T0),
+        s.admit({ resource: 'half/b', token: 4n }, key('refused'), req('c2'), T0),
+      ])
+      expect(ok).toEqual({ status: 'fulfilled', value: { fence: { accepted: true, highest: 3n, since: T0, raised: true }, claim: { kind: 'claimed' } } })
+      expect(refused.status).toBe('rejected')
+      const err = (refused as PromiseRejectedResult).reason
+      expect(err).toBeInstanceOf(StoreError)
+      expect(err.op).toBe('admit')
+      expect(err.cause.code).toBe('P0001')
+      expect(await s.mark('half/b')).toEqual({ highest: 4n, since: T0 })
+      // the lone fence is the gateway's doing: the admit function itself still rolls the fence back
+      await expect(admin.query(`SELECT * FROM "${schema}".fg_admit_many_v2(ARRAY['half/sql'], ARRAY[4]::bigint[], ARRAY['r'], ARRAY['s'], ARRAY['refused'],
+        ARRAY['fp'], ARRAY['c'], ARRAY[1]::bigint[], ARRAY[2]::bigint[], ARRAY[false], ARRAY[0]::bigint[])`)).rejects.toThrow(/test fault/)
+      expect(await s.mark('half/sql')).toBeUndefined()
+      await removeFault()
+      expect(await s.claim(key('refused'), req('c3'), T0 + 1)).toEqual({ kind: 'claimed' })
+    } finally {
+      await removeFault()
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`)
+    }
+  })
+
+  test('an admit that times out changes nothing: no lone fence after a statement timeout', async () => {
+    const s = await open({ statementTimeoutMs: 200 })
+    try {
+      await faultOnRecords({ body: 'PERFORM pg_sleep(2)' })
+      const err = await s.admit({ resource: 'slow', token: 4n }, key('slow'), req('c1'), T0).then(() => undefined, (e: unknown) => e)
+      expect(err).toBeInstanceOf(StoreError)
+      expect(((err as Error).cause as { code?: string }).code).toBe('57014') // query_canceled: the statement timeout
+      expect(await s.mark('slow')).toBeUndefined()
+    } finally {
+      await removeFault()
       await s.close()
       await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`)
     }

@@ -2,15 +2,15 @@
 // each, scripts/redis-cluster.ts: redis-server --cluster-enabled yes on free ports, joined with
 // redis-cli --cluster create, cluster-node-timeout 1 s): the conformance suite (without and with
 // `replicas: 1`), what a cluster adds (slots, markers per block of slots, the sharded attempt
-// log, the unknown list over every master, a slot migrated mid-call, WAIT), two gateways sharing
-// it, and last a master killed under load. Every redis-server it started is killed afterwards
-// (afterAll, the process's exit, and a watchdog should the worker die).
+// log, the unknown list over every master, a half-failed admit, a slot migrated mid-call, WAIT),
+// two gateways sharing it, and last a master killed under load. Every redis-server it started is
+// killed afterwards (afterAll, the process's exit, and a watchdog should the worker die).
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Cluster } from 'ioredis'
 import { startLocalCluster, type LocalCluster } from '../../scripts/redis-cluster.js'
 import { RedisStore, ReplicaShortfall, keySlot, MARKERS, AUDIT_STREAMS, SLOTS, type RedisStoreOptions } from '../../src/store/redis/index.js'
-import { StoreError } from '../../src/store/types.js'
+import { StoreError, type Store } from '../../src/store/types.js'
 import type { AuditEntry } from '../../src/store/attempt-log/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js'
@@ -40,16 +40,51 @@ afterAll(async () => {
   await c?.stop()
 })
 
+/*
+ * failClaims. Every store the suite opens logs in as an ACL user of its own (named after its key
+ * prefix, on every node: a cluster shares no ACL); the fault takes HMGET from that user. CLAIM's
+ * first command is HMGET, which FENCE never runs: `admit` runs FENCE (on the mark's slot), then
+ * CLAIM (on the record's) fails at its first command, before it writes anything — whatever the
+ * key. Fences, marks (MGET) and every other user are untouched.
+ */
+const secret = randomUUID()
+const userOf = (keyPrefix: string) => `fg-${keyPrefix}`
+/** The seed list logging in as `user`. */
+const asUser = (urls: string, user: string) => urls.split(',').map((u) => { const x = new URL(u); x.username = user; x.password = secret; return x.toString() }).join(',')
+/** ACL SETUSER on every live node. */
+async function setUser(user: string, ...rules: string[]): Promise<void> {
+  for (const node of c.nodes.filter((x) => x.alive)) {
+    const ok = await c.command(node.port, 'ACL', 'SETUSER', user, ...rules)
+    if (ok !== 'OK') throw new Error(`ACL SETUSER ${user} on ${node.port}: ${String(ok)}`)
+  }
+}
+/** Makes the claim step fail for `user` (see above); resolves with the function that undoes it. */
+async function failClaimsOf(user: string): Promise<() => Promise<void>> {
+  await setUser(user, '-hmget')
+  return () => setUser(user, '+hmget')
+}
+const storeUser = new WeakMap<Store, string>()
+/** A store on the cluster logging in as the prefix's own user, created here (every command and key, as the default user). */
+const openAs = async (keyPrefix: string, extra: Partial<RedisStoreOptions> = {}, create = true) => {
+  const user = userOf(keyPrefix)
+  if (create) await setUser(user, 'reset', 'on', `>${secret}`, '~*', '&*', '+@all')
+  const s = await RedisStore.open({ url: asUser(c.url, user), cluster: true, keyPrefix, ...extra })
+  storeUser.set(s, user)
+  return s
+}
+
 let n = 0
 let prefix = ''
-describeStoreConformance('redis-cluster', async () => RedisStore.open({ url: c.url, cluster: true, keyPrefix: prefix = `${run}-${n++}` }), {
-  makeSecond: async () => RedisStore.open({ url: c.url, cluster: true, keyPrefix: prefix }),
+describeStoreConformance('redis-cluster', async () => openAs(prefix = `${run}-${n++}`), {
+  makeSecond: async () => openAs(prefix, {}, false),
+  failClaims: (s) => failClaimsOf(storeUser.get(s)!),
 })
 
 // WAIT on every write: the writes go to their slot's master's own connection (#onMaster)
 const waiting = { replicas: 1, replicasTimeoutMs: 3000 }
-describeStoreConformance('redis-cluster, replicas: 1', async () => RedisStore.open({ url: c.url, cluster: true, keyPrefix: prefix = `${run}-${n++}`, ...waiting }), {
-  makeSecond: async () => RedisStore.open({ url: c.url, cluster: true, keyPrefix: prefix, ...waiting }),
+describeStoreConformance('redis-cluster, replicas: 1', async () => openAs(prefix = `${run}-${n++}`, waiting), {
+  makeSecond: async () => openAs(prefix, waiting, false),
+  failClaims: (s) => failClaimsOf(storeUser.get(s)!),
 })
 
 /** Which master (port) serves which slot now, read once. */
@@ -197,6 +232,30 @@ describe('RedisStore on a cluster', () => {
     await plain.finish(key('w3'), 'p3', { kind: 'unknown', reason: 'reset' }, 60_000, T0 + 1)
     expect(await greedy.claim(key('w3'), req('g3', { retryUnknown: true }), T0 + 2).then(() => undefined, (x: unknown) => x)).toBeInstanceOf(ReplicaShortfall)
     expect(await plain.claim(key('w3'), req('p4'), T0 + 3)).toEqual({ kind: 'unknown', reason: 'reset' })
+  })
+
+  test('a half-failed admit (FENCE ran on its slot, CLAIM failed on the record\'s): StoreError, the mark raised to the token, no record written; the retry with a new claimId claims', async () => {
+    const p = `${run}-half`
+    const s = await openAs(p)
+    opened.push(s)
+    const mark = `{fg:${p}:f:r}`
+    const record = `{fg:${p}:r:POST /orders:${'a'.repeat(64)}:key-1}`
+    expect(keySlot(mark)).not.toBe(keySlot(record))
+    await s.fence('r', 5n, T0 - 1000)
+    const heal = await failClaimsOf(userOf(p))
+    let err: unknown
+    try {
+      err = await s.admit({ resource: 'r', token: 7n }, key(), req('h1'), T0).then(() => undefined, (e: unknown) => e)
+    } finally {
+      await heal()
+    }
+    expect(err).toBeInstanceOf(StoreError)
+    expect((err as Error).message).toMatch(/^redis admit: .*can't run this command/)
+    // FENCE's writes stand: nothing lowers a mark (an older token could pass after a newer one was forwarded)
+    expect([await admin.get(mark), await admin.get(`${mark}s`)]).toEqual(['7', `7 ${T0}`])
+    expect(await admin.exists(record)).toBe(0)
+    expect(await s.admit({ resource: 'r', token: 7n }, key(), req('h2'), T0 + 10)).toEqual({ fence: { accepted: true, highest: 7n, since: T0 }, claim: { kind: 'claimed' } })
+    expect(await admin.hget(record, 'cid')).toBe('h2')
   })
 
   test('a slot migrated between masters while calls run (ASK, then MOVED): every call is answered right, marks and records move with it', async () => {

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startLocalReplicated, type LocalReplicated } from '../../scripts/redis-cluster.js'
 import { RedisStore, ReplicaShortfall } from '../../src/store/redis/index.js'
-import { StoreError } from '../../src/store/types.js'
+import { StoreError, type Store } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, T0 } from './conformance.js'
 
 const run = `fgw-${randomUUID().slice(0, 8)}`
@@ -15,11 +15,44 @@ let r: LocalReplicated
 beforeAll(async () => { r = await startLocalReplicated({ replicas: 1 }) }, 30_000)
 afterAll(async () => { await r?.stop() })
 
+/*
+ * failClaims. Every store the suite opens logs in as an ACL user of its own, named after its key
+ * prefix; the fault takes HMGET from that user. CLAIM's first command is HMGET, which FENCE never
+ * runs: inside ADMIT the fence runs and writes, then the claim step fails at its first command,
+ * before it writes anything (NOPERM, a Lua runtime error, which undoes nothing) — whatever the key.
+ */
+const waiting = { replicas: 1, replicasTimeoutMs: 3000 }
+const secret = randomUUID()
+const userOf = (keyPrefix: string) => `fg-${keyPrefix}`
+/** ACL SETUSER on the primary and the replica. */
+async function setUser(user: string, ...rules: string[]): Promise<void> {
+  for (const node of r.nodes.filter((x) => x.alive)) {
+    const ok = await r.command(node.port, 'ACL', 'SETUSER', user, ...rules)
+    if (ok !== 'OK') throw new Error(`ACL SETUSER ${user} on ${node.port}: ${String(ok)}`)
+  }
+}
+const storeUser = new WeakMap<Store, string>()
+/** A store logging in as the prefix's own user (every command and key, as the default user); `create` makes the user. */
+const openAs = async (keyPrefix: string, create: boolean) => {
+  const user = userOf(keyPrefix)
+  if (create) await setUser(user, 'reset', 'on', `>${secret}`, '~*', '&*', '+@all')
+  const url = new URL(r.url)
+  url.username = user
+  url.password = secret
+  const s = await RedisStore.open({ url: url.toString(), keyPrefix, ...waiting })
+  storeUser.set(s, user)
+  return s
+}
+
 let n = 0
 let prefix = ''
-const waiting = { replicas: 1, replicasTimeoutMs: 3000 }
-describeStoreConformance('redis, primary + 1 replica, replicas: 1', async () => RedisStore.open({ url: r.url, keyPrefix: prefix = `${run}-${n++}`, ...waiting }), {
-  makeSecond: async () => RedisStore.open({ url: r.url, keyPrefix: prefix, ...waiting }),
+describeStoreConformance('redis, primary + 1 replica, replicas: 1', async () => openAs(prefix = `${run}-${n++}`, true), {
+  makeSecond: async () => openAs(prefix, false),
+  failClaims: async (s) => {
+    const user = storeUser.get(s)!
+    await setUser(user, '-hmget')
+    return () => setUser(user, '+hmget')
+  },
 })
 
 const waits = async () => Number(/cmdstat_wait:calls=(\d+)/.exec(String(await r.command(r.primary.port, 'INFO', 'commandstats')))?.[1] ?? 0)

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import { RedisStore } from '../../src/store/redis/index.js'
-import { StoreError } from '../../src/store/types.js'
+import { StoreError, type Store } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -23,8 +23,40 @@ async function dropPrefix(pattern: string): Promise<void> {
   } while (cursor !== '0')
 }
 
+/*
+ * failClaims. Every store the suite opens logs in as an ACL user of its own, named after its key
+ * prefix and deleted after its test; the fault takes HMGET from that user. CLAIM's first command
+ * is HMGET, which FENCE never runs: inside ADMIT the fence runs and writes, then the claim step
+ * fails at its first command, before it writes anything (NOPERM, a Lua runtime error, which
+ * undoes nothing) — whatever the key. Fences, marks (MGET) and the other scripts' dispatch are
+ * untouched, and so is every other client of this shared server (the fault is the one user's).
+ */
+const secret = randomUUID()
+const userOf = (keyPrefix: string) => `fg-${keyPrefix}`
+const users: string[] = []
+/** `url` logging in as `user`. */
+const asUser = (url: string, user: string) => { const u = new globalThis.URL(url); u.username = user; u.password = secret; return u.toString() }
+/** Creates (or resets) `user`: every command and key, as the default user. */
+async function addUser(user: string): Promise<void> {
+  users.push(user)
+  await admin.call('ACL', 'SETUSER', user, 'reset', 'on', `>${secret}`, '~*', '&*', '+@all')
+}
+/** Makes the claim step fail for `user`'s connections (see above); resolves with the function that undoes it. */
+async function failClaimsOf(user: string): Promise<() => Promise<void>> {
+  await admin.call('ACL', 'SETUSER', user, '-hmget')
+  return async () => { await admin.call('ACL', 'SETUSER', user, '+hmget') }
+}
+const storeUser = new WeakMap<Store, string>()
+const openAs = async (keyPrefix: string) => {
+  const user = userOf(keyPrefix)
+  const s = await RedisStore.open({ url: asUser(URL, user), keyPrefix })
+  storeUser.set(s, user)
+  return s
+}
+
 afterAll(async () => {
   await dropPrefix(`{fg:${run}*`)
+  if (users.length) await admin.call('ACL', 'DELUSER', ...users)
   admin.disconnect()
 })
 
@@ -32,11 +64,16 @@ describeStoreConformance(
   'redis',
   async () => {
     prefix = `${run}-${n++}`
-    return RedisStore.open({ url: URL, keyPrefix: prefix })
+    await addUser(userOf(prefix))
+    return openAs(prefix)
   },
   {
-    makeSecond: async () => RedisStore.open({ url: URL, keyPrefix: prefix }),
-    cleanup: () => dropPrefix(`{fg:${prefix}:*`),
+    makeSecond: async () => openAs(prefix),
+    cleanup: async () => {
+      await dropPrefix(`{fg:${prefix}:*`)
+      await admin.call('ACL', 'DELUSER', userOf(prefix))
+    },
+    failClaims: (s) => failClaimsOf(storeUser.get(s)!),
   },
 )
 
@@ -98,6 +135,34 @@ describe('RedisStore', () => {
       // the next raise writes both again
       expect(await s.fence('r', 10n, T0 + 30)).toEqual({ accepted: true, highest: 10n, since: T0 + 30, raised: true })
       expect(await s.mark('r')).toEqual({ highest: 10n, since: T0 + 30 })
+    } finally {
+      await s.close()
+      await dropPrefix(`{fg:${p}:*`)
+    }
+  })
+
+  test('a half-failed admit (the claim step fails inside ADMIT): StoreError, the mark raised to the token, no record written; the retry with a new claimId claims', async () => {
+    const p = `${run}-half`
+    await addUser(userOf(p))
+    const s = await openAs(p)
+    const mark = `{fg:${p}:f:r}`
+    const record = `{fg:${p}:r:POST /orders:${'a'.repeat(64)}:key-1}`
+    try {
+      await s.fence('r', 5n, T0 - 1000)
+      const heal = await failClaimsOf(userOf(p))
+      let err: unknown
+      try {
+        err = await s.admit({ resource: 'r', token: 7n }, key(), req('h1'), T0).then(() => undefined, (e: unknown) => e)
+      } finally {
+        await heal()
+      }
+      expect(err).toBeInstanceOf(StoreError)
+      // the one script failed at CLAIM's first command; FENCE's writes before it stand
+      expect((err as Error).message).toMatch(/^redis admit: .*can't run this command/)
+      expect([await admin.get(mark), await admin.get(`${mark}s`)]).toEqual(['7', `7 ${T0}`])
+      expect(await admin.exists(record)).toBe(0)
+      expect(await s.admit({ resource: 'r', token: 7n }, key(), req('h2'), T0 + 10)).toEqual({ fence: { accepted: true, highest: 7n, since: T0 }, claim: { kind: 'claimed' } })
+      expect(await admin.hget(record, 'cid')).toBe('h2')
     } finally {
       await s.close()
       await dropPrefix(`{fg:${p}:*`)

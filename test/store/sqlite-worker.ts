@@ -3,7 +3,7 @@
  * "ready", waits for "go <claimUntil>" on stdin (so the processes start together), then:
  * - claims: until claimUntil (epoch ms), claims key `t<Date.now() / 5>` over and over, so
  *   every process hammers the same key during the same 5 ms window however far apart they
- *   drift (SQLite's busy handler sleeps a few ms, so the processes take turns in short runs);
+ *   drift (a store locked out by the other retries on timers, so the processes take turns in short runs);
  * - fences: FG_ROUNDS fences of one resource with this worker's rising tokens
  *   (worker+1, worker+1+workers, ...), interleaved with the other workers' tokens.
  * Prints one JSON line with what the store answered. Run with vite-node (it resolves the .ts

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
 import { SqliteStore } from '../../src/store/sqlite/index.js'
-import type { Store } from '../../src/store/types.js'
+import { StoreError, type Store } from '../../src/store/types.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 
 const dirs: string[] = []
@@ -21,17 +21,51 @@ const removeDirs = () => {
 }
 const open = (path: string) => new SqliteStore({ path, reapIntervalMs: 0 })
 
+/**
+ * An engine-level fault: triggers that refuse every insert into and update of the records table
+ * (RAISE(ABORT): the statement is undone, the transaction goes on), made through a second
+ * connection to the file, so the claim step fails inside SQLite while fences still work.
+ * @returns removes the triggers and closes the connection
+ */
+const faults = new Set<Database.Database>()
+async function failClaims(path: string): Promise<() => Promise<void>> {
+  const db = new Database(path, { timeout: 5_000 })
+  faults.add(db)
+  db.exec(`CREATE TRIGGER fg_test_fail_claim_insert BEFORE INSERT ON fg_records_v1 BEGIN SELECT RAISE(ABORT, 'injected: records refused'); END;
+    CREATE TRIGGER fg_test_fail_claim_update BEFORE UPDATE ON fg_records_v1 BEGIN SELECT RAISE(ABORT, 'injected: records refused'); END;`)
+  return async () => {
+    if (!db.open) return
+    db.exec('DROP TRIGGER IF EXISTS fg_test_fail_claim_insert; DROP TRIGGER IF EXISTS fg_test_fail_claim_update')
+    db.close()
+    faults.delete(db)
+  }
+}
+const closeFaults = () => {
+  for (const db of faults) db.close()
+  faults.clear()
+}
+
 // the conformance suite: a fresh file per test; makeSecond opens the same file again
 let current = ''
+const paths = new WeakMap<Store, string>()
+const opened = (path: string): SqliteStore => {
+  const s = open(path)
+  paths.set(s, path)
+  return s
+}
 describeStoreConformance(
   'sqlite',
   async () => {
     current = freshPath()
-    return open(current)
+    return opened(current)
   },
   {
-    makeSecond: async () => open(current),
-    cleanup: removeDirs,
+    makeSecond: async () => opened(current),
+    failClaims: (s) => failClaims(paths.get(s)!),
+    cleanup: () => {
+      closeFaults()
+      removeDirs()
+    },
   },
 )
 
@@ -119,6 +153,136 @@ describe('SqliteStore', () => {
     const r = await b.claim(key(), req('c3'), T0 + 4)
     expect(r.kind).toBe('completed')
     if (r.kind === 'completed') expect(Buffer.compare(r.response.body, sampleResponse().body)).toBe(0)
+  })
+
+  test('a half-failed admit in a group commit: its claim step fails alone; the mark its fence raised and the other calls of the batch commit', async () => {
+    const path = freshPath()
+    const s = track(open(path))
+    await s.fence('res/half', 5n, T0 - 1_000)
+    // a fault on one key's record only: its insert is refused inside SQLite (the statement is undone, the transaction goes on)
+    const db = new Database(path)
+    db.exec(`CREATE TRIGGER fg_test_fail_one BEFORE INSERT ON fg_records_v1 WHEN substr(NEW.id, -10) = char(10) || 'k-refused'
+      BEGIN SELECT RAISE(ABORT, 'injected: record refused'); END`)
+    // made in one turn of the event loop: one transaction
+    const [before, refused, admitted, claimed, after] = await Promise.allSettled([
+      s.fence('res/before', 1n, T0),
+      s.admit({ resource: 'res/half', token: 7n }, key('k-refused'), req('a1'), T0),
+      s.admit({ resource: 'res/other', token: 2n }, key('k-ok'), req('a2'), T0),
+      s.claim(key('k-ok-2'), req('c1'), T0),
+      s.fence('res/after', 3n, T0),
+    ])
+    expect(refused.status).toBe('rejected')
+    const err = (refused as PromiseRejectedResult).reason
+    expect(err).toBeInstanceOf(StoreError)
+    expect(err).toMatchObject({ op: 'admit', message: expect.stringMatching(/^sqlite admit: injected: record refused$/) })
+    expect(before).toEqual({ status: 'fulfilled', value: { accepted: true, highest: 1n, since: T0, raised: true } })
+    expect(admitted).toEqual({ status: 'fulfilled', value: { fence: { accepted: true, highest: 2n, since: T0, raised: true }, claim: { kind: 'claimed' } } })
+    expect(claimed).toEqual({ status: 'fulfilled', value: { kind: 'claimed' } })
+    expect(after).toEqual({ status: 'fulfilled', value: { accepted: true, highest: 3n, since: T0, raised: true } })
+
+    // what committed, as another process opening the file reads it
+    const reader = track(open(path))
+    expect(await reader.mark('res/half')).toEqual({ highest: 7n, since: T0 })
+    for (const [r, t] of [['res/before', 1n], ['res/other', 2n], ['res/after', 3n]] as const) expect(await reader.mark(r)).toEqual({ highest: t, since: T0 })
+    expect(await reader.claim(key('k-ok'), req('probe'), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+    expect(await reader.claim(key('k-ok-2'), req('probe'), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+    // no claim is held: once the fault is gone the same admit with a new claimId is admitted
+    db.exec('DROP TRIGGER fg_test_fail_one')
+    db.close()
+    expect(await s.admit({ resource: 'res/half', token: 7n }, key('k-refused'), req('a3'), T0 + 2)).toEqual({ fence: { accepted: true, highest: 7n, since: T0 }, claim: { kind: 'claimed' } })
+  })
+
+  describe('the attempt log, off the request path', () => {
+    const entry = (route: string) => ({ time: Date.now(), kind: 'attempt' as const, replica: 'h:1', route, outcome: 'forwarded' as const })
+    const routes = (path: string) => {
+      const db = new Database(path, { readonly: true })
+      try {
+        return (db.prepare('SELECT route FROM fg_audit_v1 ORDER BY rowid').pluck().all() as string[])
+      } finally {
+        db.close()
+      }
+    }
+
+    test('an append commits in a transaction of its own after the group commit of its turn; one the file refuses fails alone, whole', async () => {
+      const path = freshPath()
+      const s = track(open(path))
+      const settled: string[] = []
+      const done = (what: string) => () => { settled.push(what) }
+      // asked first, in the same turn as the writes: still settled after them, on a later turn
+      await Promise.all([
+        s.audit.append([entry('first')]).then(done('append')),
+        s.fence('res/log', 1n, T0).then(done('fence')),
+        s.claim(key('log'), req('c1'), T0).then(done('claim')),
+      ])
+      expect(settled).toEqual(['fence', 'claim', 'append'])
+
+      const db = new Database(path)
+      db.exec("CREATE TRIGGER fg_test_fail_log BEFORE INSERT ON fg_audit_v1 WHEN NEW.route = 'refused' BEGIN SELECT RAISE(ABORT, 'injected: entry refused'); END")
+      const [ok, fenced, refused, later] = await Promise.allSettled([
+        s.audit.append([entry('ok-1')]),
+        s.fence('res/log', 2n, T0 + 1),
+        s.audit.append([entry('undone'), entry('refused')]),
+        s.audit.append([entry('ok-2')]),
+      ])
+      db.close()
+      expect(fenced).toEqual({ status: 'fulfilled', value: { accepted: true, highest: 2n, since: T0 + 1, raised: true } })
+      expect(ok.status).toBe('fulfilled')
+      expect(later.status).toBe('fulfilled')
+      expect(refused.status).toBe('rejected')
+      expect((refused as PromiseRejectedResult).reason).toMatchObject({ name: 'StoreError', op: 'audit_append', message: 'sqlite audit_append: injected: entry refused' })
+      // in the order appended; the refused append left nothing, not even its first entry
+      expect(routes(path)).toEqual(['first', 'ok-1', 'ok-2'])
+    })
+
+    test("under another connection's lock an append waits on timers and fails alone with StoreError once its time is up; writes made meanwhile are not held up by it", async () => {
+      const path = freshPath()
+      const s = track(new SqliteStore({ path, reapIntervalMs: 0, busyTimeoutMs: 150 }))
+      await s.fence('res/locked', 1n, T0)
+      const holder = new Database(path)
+      holder.exec('BEGIN IMMEDIATE')
+      const t0 = performance.now()
+      const appended = s.audit.append([entry('locked')]).then(() => undefined, (e: unknown) => e)
+      const ticks: number[] = []
+      for (let i = 0; i < 5; i++) {
+        const at = performance.now()
+        await new Promise((r) => setTimeout(r, 10))
+        ticks.push(performance.now() - at)
+      }
+      const err = await appended
+      const waited = performance.now() - t0
+      expect(err).toBeInstanceOf(StoreError)
+      expect(err).toMatchObject({ op: 'audit_append', message: expect.stringMatching(/locked by another process/) })
+      expect(waited).toBeGreaterThanOrEqual(145)
+      expect(Math.max(...ticks)).toBeLessThan(50)
+      // released: a fence asked with an append in one turn goes first, then the append
+      const settled: string[] = []
+      const both = Promise.all([
+        s.audit.append([entry('after')]).then(() => { settled.push('append') }),
+        s.fence('res/locked', 2n, T0).then(() => { settled.push('fence') }),
+      ])
+      setTimeout(() => holder.exec('COMMIT'), 30)
+      await both
+      holder.close()
+      expect(settled).toEqual(['fence', 'append'])
+      expect(routes(path)).toEqual(['after'])
+    })
+
+    test('entries past the retention are deleted by the log\'s transactions', async () => {
+      const path = freshPath()
+      const s = track(new SqliteStore({ path, reapIntervalMs: 0, auditRetentionMs: 60_000 }))
+      await s.audit.append([{ ...entry('old'), time: Date.now() - 120_000 }, entry('new')])
+      expect(routes(path)).toEqual(['new'])
+    })
+
+    test('close() writes what was appended before it; appends after it reject with StoreError', async () => {
+      const path = freshPath()
+      const s = open(path)
+      const before = s.audit.append([entry('before-close')])
+      await s.close()
+      await before
+      await expect(s.audit.append([entry('after-close')])).rejects.toMatchObject({ name: 'StoreError', op: 'audit_append' })
+      expect(routes(path)).toEqual(['before-close'])
+    })
   })
 
   test('two OS processes on one file: each key is claimed once, fences stay monotonic', async () => {

@@ -2,6 +2,7 @@
  * The attempt log of the memory store: a ring buffer in this process. Lost on exit, like the
  * rest of the memory store; the oldest entries go first when it is full or past the retention.
  */
+import { storeCall } from '../call.js'
 import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './types.js'
 
 export interface MemoryAuditLogOptions {
@@ -16,6 +17,7 @@ export class MemoryAuditLog implements AuditLog {
   readonly #retentionMs: number
   #next = 0
   #size = 0
+  #closed = false
 
   constructor(options: MemoryAuditLogOptions = {}) {
     const { capacity = 10_000, retentionMs = 7 * 86_400_000 } = options
@@ -24,12 +26,19 @@ export class MemoryAuditLog implements AuditLog {
     this.#retentionMs = retentionMs
   }
 
-  async append(batch: readonly AuditEntry[]): Promise<void> {
-    for (const e of batch) {
-      this.#ring[this.#next] = e
-      this.#next = (this.#next + 1) % this.#ring.length
-      this.#size = Math.min(this.#size + 1, this.#ring.length)
-    }
+  /** Runs one call of the log; after `close()` it rejects with StoreError, as every store's calls do. */
+  #call<T>(op: string, fn: () => T): Promise<T> {
+    return storeCall('memory', op, this.#closed, async () => fn())
+  }
+
+  append(batch: readonly AuditEntry[]): Promise<void> {
+    return this.#call('audit_append', () => {
+      for (const e of batch) {
+        this.#ring[this.#next] = e
+        this.#next = (this.#next + 1) % this.#ring.length
+        this.#size = Math.min(this.#size + 1, this.#ring.length)
+      }
+    })
   }
 
   *#entries(): Generator<AuditEntry> {
@@ -37,22 +46,31 @@ export class MemoryAuditLog implements AuditLog {
     for (let i = 0; i < this.#size; i++) yield this.#ring[(this.#next - this.#size + i + n) % n]!
   }
 
-  async timeline(filter: TimelineFilter, since: number, limit: number): Promise<AuditEntry[]> {
-    const out: AuditEntry[] = []
-    for (const e of this.#entries()) {
-      if (e.time >= since && inTimeline(e, filter)) out.push(e)
-    }
-    return out.slice(-limit)
+  timeline(filter: TimelineFilter, since: number, limit: number): Promise<AuditEntry[]> {
+    return this.#call('audit_timeline', () => {
+      const out: AuditEntry[] = []
+      for (const e of this.#entries()) {
+        if (e.time >= since && inTimeline(e, filter)) out.push(e)
+      }
+      return out.slice(-limit)
+    })
   }
 
-  async fenced(since: number, until: number, route: string | undefined, limit: number): Promise<AuditEntry[]> {
-    const out: AuditEntry[] = []
-    const from = Math.max(since, Date.now() - this.#retentionMs)
-    for (const e of this.#entries()) if (fencedIn(e, from, until, route)) out.push(e)
-    return out.slice(-limit)
+  fenced(since: number, until: number, route: string | undefined, limit: number): Promise<AuditEntry[]> {
+    return this.#call('audit_fenced', () => {
+      const out: AuditEntry[] = []
+      const from = Math.max(since, Date.now() - this.#retentionMs)
+      for (const e of this.#entries()) if (fencedIn(e, from, until, route)) out.push(e)
+      return out.slice(-limit)
+    })
   }
 
-  async query(since: number, until: number, route?: string): Promise<AuditCounts[]> {
-    return aggregate(this.#entries(), Math.max(since, Date.now() - this.#retentionMs), until, route)
+  query(since: number, until: number, route?: string): Promise<AuditCounts[]> {
+    return this.#call('audit_query', () => aggregate(this.#entries(), Math.max(since, Date.now() - this.#retentionMs), until, route))
+  }
+
+  /** Closed with its store (`MemoryStore.close`): every later call rejects with StoreError. */
+  close(): void {
+    this.#closed = true
   }
 }

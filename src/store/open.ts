@@ -1,0 +1,73 @@
+/**
+ * The one way a gateway process opens its store: `fencegate start` (../server.ts) and the
+ * `--workers` primary (../cluster.ts) both go through `openGuardedStore`, so they cannot come to
+ * open it differently. In order:
+ *   1. open it (./late.ts): a redis or postgres store that does not answer yet is a stand-in that
+ *      fails closed and connects later (contract §2); memory or sqlite that cannot open throws;
+ *   2. read its real settings (./doctor.ts `checkAtStart`): logged in one line, and a blocking
+ *      risk that store.acceptRisks does not name (an evicting maxmemory-policy) refuses the start;
+ *   3. wrap it in guardStore (./index.ts): every call timed, counted and bounded by store.timeout;
+ *   4. ping it once: a store not reachable yet is logged and counted by the guard, not thrown.
+ */
+import type { Config } from '../config/schema.js'
+import type { Logger } from '../log.js'
+import type { Metrics } from '../telemetry/metrics.js'
+import { guardStore } from './index.js'
+import { openForGateway } from './late.js'
+import { checkAtStart, settingsReader, RiskRefused, type DoctorReport } from './doctor.js'
+import type { Store } from './types.js'
+
+export interface GuardedStore {
+  /** the store as the gateway uses it (guardStore); its `close()` closes the opened store */
+  store: Store
+  /**
+   * The store's settings for the admin API's report: the start-up reading, read again at most
+   * once a minute; undefined while they cannot be read.
+   */
+  settings: () => Promise<DoctorReport | undefined>
+  /**
+   * When the settings were to be read at start-up but the store did not answer: reads them once
+   * it does, and calls `refused` when they hold a blocking risk (the caller stops the gateway).
+   * Does nothing when they were read at start-up, or not to be read.
+   */
+  checkWhenConnected(refused: (e: RiskRefused) => void | Promise<void>): void
+}
+
+export interface OpenGuardedOptions {
+  /** false: the settings are not read (a `--workers` worker: the primary reads them); default true */
+  checkSettings?: boolean
+}
+
+/**
+ * Opens, checks and guards the configured store (steps above).
+ * @throws StoreError when a memory or sqlite store cannot be opened; RiskRefused when its settings
+ *   hold a blocking risk that store.acceptRisks does not name (the store is closed again)
+ */
+export async function openGuardedStore(config: Config, log: Logger, metrics: Metrics, options: OpenGuardedOptions = {}): Promise<GuardedStore> {
+  const checkSettings = options.checkSettings !== false
+  const { store: opened, connected } = await openForGateway(config, log)
+  let first: DoctorReport | undefined
+  if (checkSettings) {
+    try {
+      first = await checkAtStart(config, log, opened)
+    } catch (e) {
+      await opened.close().catch(() => {})
+      throw e
+    }
+  }
+  // doctor reads the opened store (sqlite: its own connection's pragmas), not the guard
+  const settings = settingsReader(config.store, opened, first)
+  const store = guardStore(opened, metrics, config.store.timeout, log)
+  await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
+  return {
+    store,
+    settings,
+    checkWhenConnected(refused) {
+      // undefined: the store did not answer at start-up; its settings are read once it does
+      if (!checkSettings || first !== undefined) return
+      connected.then(() => checkAtStart(config, log, opened)).catch(async (e) => {
+        if (e instanceof RiskRefused) await refused(e)
+      })
+    },
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * Group commit of the PostgreSQL store (../batch.ts): the calls of one operation made in one
+ * event-loop turn, or while earlier batches of it run, go as one call of a `*_many` function —
+ * one round trip and one transaction for all of them — whose rows answer each call as its
+ * single-call form would (./sql.ts). Rows are decoded by ../replies.ts, shared with Redis.
+ *
+ * When the server refuses a batch (one call it cannot store: the whole statement rolled back),
+ * each call is made again alone, so only the calls that fail on their own fail.
+ */
+import type pg from 'pg'
+import { batcher, type BatchOptions } from '../batch.js'
+import { claimResult, fenceResult, type ClaimFields, type FenceFields } from '../replies.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration } from '../types.js'
+import { refusedAndRolledBack } from './errors.js'
+import type { Named, Queries } from './sql.js'
+
+export interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
+export interface FenceCall extends FenceRequest { now: number }
+export interface AdmitCall extends ClaimCall { fence: FenceRequest }
+/** finish (with `done`) or release (without) */
+export interface SettleCall { key: RecordKey; claimId: string; done?: Completion; expiresAt?: number }
+export interface RegisterCall { resource: string; token: bigint; id: string; deadline: number; now: number }
+export interface UnregisterCall { resource: string; id: string; until: number }
+
+/** The batched operations of one store; each resolves with its own call's answer, or rejects with the engine's error. */
+export interface GroupCommit {
+  fence(call: FenceCall): Promise<FenceResult>
+  claim(call: ClaimCall): Promise<ClaimResult>
+  /** fence and, when it accepts, claim: in one transaction */
+  admit(call: AdmitCall): Promise<AdmitResult>
+  settle(call: SettleCall): Promise<void>
+  register(call: RegisterCall): Promise<Registration>
+  unregister(call: UnregisterCall): Promise<void>
+}
+
+/** A fence's columns in the v2 batches' rows. */
+interface FenceRow { o_accepted: boolean; o_highest: string; o_since: string | null; o_raised: boolean | null }
+/** A claim's columns in the claim and admit batches' rows; o_lease is BIGINT, so text. */
+interface ClaimRow {
+  o_kind: string
+  o_after: string | null
+  o_abandoned: boolean | null
+  o_lease: string | null
+  o_status: number | null
+  o_headers: string | null
+  o_body: Buffer | null
+  o_reason: string | null
+}
+interface RegisterRow { o_registered: boolean; o_highest: string | null; o_oldest: string | null; o_until: string }
+
+const fenceFields = (r: FenceRow): FenceFields => ({ accepted: r.o_accepted === true, highest: r.o_highest, since: r.o_since, raised: r.o_raised })
+const claimFields = (r: ClaimRow): ClaimFields => ({
+  kind: r.o_kind, after: r.o_after, abandoned: r.o_abandoned, status: r.o_status,
+  headers: r.o_headers, body: r.o_body, leaseUntil: r.o_lease, reason: r.o_reason,
+})
+
+const registration = (r: RegisterRow): Registration => !r.o_registered
+  ? { registered: false, highest: BigInt(r.o_highest!) }
+  : r.o_oldest === null ? { registered: true, until: 0 } : { registered: true, oldest: BigInt(r.o_oldest), until: Number(r.o_until) }
+
+/**
+ * The batchers of one store on `pool`. At most a quarter of the pool's connections run batches
+ * of one operation at once: the attempt log and the markers need connections too.
+ */
+export function groupCommit(pool: pg.Pool, q: Queries): GroupCommit {
+  const options: BatchOptions = { maxInFlight: Math.max(1, Math.floor((pool.options.max ?? 10) / 4)), isolate: refusedAndRolledBack }
+
+  /** Runs a batch function whose rows carry `o_i`, the 1-based index of the call they answer. */
+  async function many<R, O>(n: number, query: Named, values: unknown[], map: (row: R) => O): Promise<O[]> {
+    const { rows } = await pool.query<R & { o_i: number }>({ ...query, values })
+    const out = new Array<O>(n)
+    for (const r of rows) out[r.o_i - 1] = map(r)
+    if (rows.length !== n) throw new Error(`batch of ${n} answered ${rows.length} rows`)
+    return out
+  }
+
+  /** the claim arrays, parameters 3–11 of the admit batch and 1–9 of the claim batch */
+  const claimColumns = (calls: readonly ClaimCall[]): unknown[][] => [
+    calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key),
+    calls.map((c) => c.req.fingerprint), calls.map((c) => c.req.claimId),
+    calls.map((c) => c.now + c.req.leaseMs), calls.map((c) => c.now + c.req.ttlMs),
+    calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
+  ]
+
+  const fence = batcher((calls: readonly FenceCall[]) => many(calls.length, q.fenceMany,
+    [calls.map((c) => c.resource), calls.map((c) => c.token.toString()), calls.map((c) => c.now)],
+    (r: FenceRow) => fenceResult(fenceFields(r))), options)
+
+  const claim = batcher((calls: readonly ClaimCall[]) => many(calls.length, q.claimMany, claimColumns(calls),
+    (r: ClaimRow) => claimResult(claimFields(r))), options)
+
+  const admit = batcher((calls: readonly AdmitCall[]) => many(calls.length, q.admitMany,
+    [calls.map((c) => c.fence.resource), calls.map((c) => c.fence.token.toString()), ...claimColumns(calls)],
+    (r: FenceRow & ClaimRow): AdmitResult => {
+      const f = fenceResult(fenceFields(r))
+      return f.accepted ? { fence: f, claim: claimResult(claimFields(r)) } : { fence: f }
+    }), options)
+
+  const settle = batcher(async (calls: readonly SettleCall[]) => {
+    const cols: unknown[][] = Array.from({ length: 10 }, () => [])
+    for (const c of calls) {
+      const d = c.done
+      const row = [
+        c.key.route, c.key.scope, c.key.key, c.claimId, d?.kind ?? null, c.expiresAt ?? 0,
+        d?.kind === 'completed' ? d.response.status : d?.kind === 'not_stored' ? d.status : null,
+        d?.kind === 'completed' ? JSON.stringify(d.response.headers) : null,
+        d?.kind === 'completed' ? d.response.body : null,
+        d?.kind === 'unknown' ? d.reason : null,
+      ]
+      row.forEach((v, i) => cols[i].push(v))
+    }
+    await pool.query({ ...q.settleMany, values: cols })
+    return calls.map(() => undefined)
+  }, options)
+
+  const register = batcher((calls: readonly RegisterCall[]) => many(calls.length, q.registerMany,
+    [calls.map((c) => c.resource), calls.map((c) => c.token.toString()), calls.map((c) => c.id), calls.map((c) => c.deadline), calls.map((c) => c.now)],
+    registration), options)
+
+  const unregister = batcher(async (calls: readonly UnregisterCall[]) => {
+    await pool.query({ ...q.unregisterMany, values: [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.until)] })
+    return calls.map(() => undefined)
+  }, options)
+
+  return { fence, claim, admit, settle, register, unregister }
+}

@@ -1,0 +1,54 @@
+/**
+ * The PostgreSQL store's schema, made or brought up to date: `fencegate migrate`, and start-up
+ * unless `store.migrate: false`.
+ */
+import pg from 'pg'
+import { randomUUID } from 'node:crypto'
+import { StoreError } from '../types.js'
+import { migrateSql, queries, registrationsSchemaSql, schemaSql } from './sql.js'
+
+const IDENT = /^[a-z_][a-z0-9_]{0,62}$/
+
+/**
+ * Quotes a validated schema name.
+ * @throws TypeError when it is not a lower-case SQL identifier
+ */
+export const quoted = (schema: string): string => {
+  if (!IDENT.test(schema)) throw new TypeError('options.schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 characters)')
+  return `"${schema}"`
+}
+
+/**
+ * Creates or updates the schema (idempotent; replicas may run it at once: an advisory lock
+ * serialises them).
+ * @param options.url postgres:// URL; `schema` default "public"; `connectTimeoutMs` default 5000
+ * @returns the schema and its epoch (written the first time, then kept)
+ * @throws StoreError when the database cannot be reached or refuses
+ */
+export async function migratePostgres(options: { url: string; schema?: string; connectTimeoutMs?: number }): Promise<{ schema: string; epoch: string }> {
+  const schema = options.schema ?? 'public'
+  const s = quoted(schema)
+  const q = queries(s)
+  const client = new pg.Client({ connectionString: options.url, connectionTimeoutMillis: options.connectTimeoutMs ?? 5000, fallback_application_name: 'fencegate migrate' })
+  client.on('error', () => {})
+  try {
+    await client.connect()
+    await client.query('BEGIN')
+    await client.query(migrateSql.lock)
+    // CREATE SCHEMA needs CREATE on the database even when the schema exists: a role given a
+    // schema made for it by an administrator has no such right, and needs none
+    const exists = await client.query(migrateSql.schemaExists, [schema])
+    if (!exists.rowCount) await client.query(migrateSql.createSchema(s))
+    await client.query(schemaSql(s))
+    await client.query(registrationsSchemaSql(s))
+    await client.query(q.epochWrite, [randomUUID()])
+    const { rows } = await client.query(q.epochRead)
+    await client.query('COMMIT')
+    return { schema, epoch: rows[0].value as string }
+  } catch (e) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw new StoreError(`cannot migrate PostgreSQL schema ${schema}: ${(e as Error).message}`, 'migrate', { cause: e })
+  } finally {
+    await client.end().catch(() => {})
+  }
+}

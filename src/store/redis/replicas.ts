@@ -1,0 +1,121 @@
+/**
+ * How the Redis store sends its writes, and `replicas: N`: after a write the request relies on
+ * — an accepted fence (an equal token rewrites the mark, so the wait covers a mark another
+ * gateway wrote), a claim, a finish, a release, a resolution — the store sends `WAIT N timeout`
+ * on the connection that carried the write and answers only when N replicas acknowledged it;
+ * fewer is a StoreError (503), and a claim it made is given back first. Concurrent writes on one
+ * connection share one WAIT (a WAIT covers every earlier write of its connection), so a replica
+ * that stops answering costs each request one timeout, not a queue of them. On a cluster the
+ * writes that need a WAIT are sent to the slot's master's own connection (following MOVED and
+ * ASK, ./connection.ts `onMaster`), so the WAIT goes where the write went. WAIT narrows the
+ * window in which a failover loses an acknowledged write; it does not close it (see the README,
+ * "Redis replicas and failover").
+ */
+import { Redis, type Cluster } from 'ioredis'
+import { StoreError } from '../types.js'
+import { callScript, onMaster, type Conn } from './connection.js'
+import type { Script } from './scripts.js'
+
+/** Fewer replicas than asked acknowledged a write in time (or the connection failed under the WAIT). */
+export class ReplicaShortfall extends StoreError {
+  /** what the write did (the script's answer), for a caller that must undo it */
+  result: unknown
+  constructor(op: string, readonly acked: number, readonly wanted: number, timeoutMs: number, readonly node?: string, cause?: Error) {
+    super(cause
+      ? `redis ${op}: the write's WAIT for ${wanted} replica${wanted === 1 ? '' : 's'} failed (${cause.message})${node ? ` (master ${node})` : ''}; the request fails closed`
+      : `redis ${op}: ${acked} of ${wanted} replica${wanted === 1 ? '' : 's'} acknowledged the write within ${timeoutMs} ms${node ? ` (master ${node})` : ''}; the request fails closed`, op, { cause })
+    this.name = 'ReplicaShortfall'
+  }
+}
+
+/**
+ * `WAIT replicas timeout` on one connection, shared: a caller whose write has been answered
+ * joins the WAIT sent next (one that is already running may have been sent before the write),
+ * and at most one WAIT runs at a time, so the writes that arrive while it runs share the next.
+ */
+class Waiter {
+  #running?: Promise<number>
+  #next?: Promise<number>
+  constructor(private readonly conn: Redis | Cluster, private readonly replicas: number, private readonly timeoutMs: number) {}
+
+  /** Resolves with the replicas that acknowledged every write this connection made before the call. */
+  acked(): Promise<number> {
+    if (!this.#running) {
+      const p = this.conn.wait(this.replicas, this.timeoutMs).then(Number)
+      this.#running = p
+      p.then(() => { this.#running = undefined }, () => { this.#running = undefined })
+      return p
+    }
+    this.#next ??= this.#running.then(() => {}, () => {}).then(() => {
+      this.#next = undefined
+      return this.acked()
+    })
+    return this.#next
+  }
+}
+
+export interface WriterOptions {
+  cluster: boolean
+  /** replicas that must acknowledge a write; 0: no WAIT */
+  replicas: number
+  /** WAIT's timeout, ms */
+  replicasTimeoutMs: number
+  /** cluster: how long `onMaster` keeps trying, ms */
+  commandTimeoutMs: number
+}
+
+/** Sends scripts: through the client's own routing, or — to WAIT after a write — on a known connection. */
+export class Writer {
+  /** one WAIT queue per connection that carries writes (one server: the one connection; cluster: each master's) */
+  readonly #waiters = new WeakMap<object, Waiter>()
+  constructor(private readonly redis: Conn, private readonly o: WriterOptions) {}
+
+  /** A script through the client's own routing; no WAIT. */
+  call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<T> {
+    return callScript<T>(this.redis, s, keys, args, buffer)
+  }
+
+  /**
+   * Runs `s` on the master of `keys[0]`'s slot. Without `replicas` through the client's own
+   * routing; with them on a known connection (see `send`), then — when `durable(result)` — WAIT
+   * on that same connection.
+   * @throws ReplicaShortfall when fewer replicas acknowledged; `result` is then what the script did
+   */
+  async write<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, durable: (r: T) => boolean): Promise<T> {
+    if (this.o.replicas === 0) return this.call<T>(s, keys, args, buffer)
+    const { conn, result } = await this.send<T>(s, keys, args, buffer)
+    if (durable(result)) await this.acked(op, conn, result)
+    return result
+  }
+
+  /** Sends a write on a known connection (one server: the one; cluster: the slot master's); resolves with the connection and the script's answer. */
+  async send<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<{ conn: Redis | Cluster; result: T }> {
+    if (this.o.cluster) return onMaster<T>(this.redis as Cluster, s, keys, args, buffer, this.o.commandTimeoutMs)
+    return { conn: this.redis, result: await this.call<T>(s, keys, args, buffer) }
+  }
+
+  /**
+   * Resolves once `replicas` replicas acknowledged every write made on `conn` so far.
+   * @throws ReplicaShortfall (carrying `result`, what the write did) when fewer did in time
+   */
+  async acked(op: string, conn: Redis | Cluster, result: unknown): Promise<void> {
+    const { replicas, replicasTimeoutMs } = this.o
+    let waiter = this.#waiters.get(conn)
+    if (!waiter) this.#waiters.set(conn, waiter = new Waiter(conn, replicas, replicasTimeoutMs))
+    const node = conn instanceof Redis && this.o.cluster ? `${conn.options.host}:${conn.options.port}` : undefined
+    let acked: number
+    try {
+      acked = await waiter.acked()
+    } catch (cause) {
+      // the connection failed under the WAIT (a master that died): not acknowledged either
+      const e = new ReplicaShortfall(op, 0, replicas, replicasTimeoutMs, node, cause as Error)
+      e.result = result
+      throw e
+    }
+    if (acked < replicas) {
+      const e = new ReplicaShortfall(op, acked, replicas, replicasTimeoutMs, node)
+      e.result = result
+      throw e
+    }
+  }
+}

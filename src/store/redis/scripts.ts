@@ -1,0 +1,295 @@
+/**
+ * The Lua scripts of the Redis store, as text (the build is plain `tsc`, which copies no .lua
+ * file), and how their answers map onto the `Store` results (../replies.ts decodes them).
+ *
+ * Every operation that reads and then writes is one script, so Redis runs it atomically: no
+ * other command (from this or another gateway) runs between its check and its write. They
+ * implement the table of ../record-state.ts exactly; the conformance suite holds them to it.
+ * Each gateway runs its own text by SHA, so gateways of several versions may share one Redis:
+ * what a script answers may change between versions, what it stores may not.
+ *
+ * Tokens go to Lua as decimal strings and are compared by length, then byte by byte: Lua
+ * numbers are doubles and would round above 2^53. Times are epoch ms: doubles hold them exactly.
+ *
+ * A Lua runtime error (a key of another type, a command the ACL user may not run, a malformed
+ * field) stops a script but does not undo what it wrote before it. CLAIM makes every read and
+ * check before its first write, so ADMIT whose claim step fails holds no claim, and what its
+ * FENCE wrote stands, as after a lone FENCE (the store's `admit` says why).
+ */
+import { createHash } from 'node:crypto'
+import { claimResult, fenceResult } from '../replies.js'
+import type { ClaimRequest, ClaimResult, FenceResult } from '../types.js'
+
+// Lua: a < b for canonical decimal strings (tokens up to 2^63-1, beyond Lua's exact numbers):
+// the shorter is smaller, then byte by byte. Shared by the scripts that compare tokens.
+const DECIMAL_LT = `local function lt(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+`
+
+// KEYS[1] = fence key, KEYS[2] = its since key; ARGV[1] = token (canonical decimal), ARGV[2] =
+// '1': rewrite an equal mark (a write, so that a WAIT after it covers the mark), ARGV[3] = now
+// (epoch ms). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
+const FENCE = `
+${DECIMAL_LT}local function since(mark)
+  local v = redis.call('GET', KEYS[2])
+  if not v then return '' end
+  local sp = string.find(v, ' ', 1, true)
+  if not sp or string.sub(v, 1, sp - 1) ~= mark then return '' end
+  return string.sub(v, sp + 1)
+end
+local t = ARGV[1]
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if lt(t, cur) then return {0, cur, since(cur), 0} end
+  if t == cur then
+    if ARGV[2] == '1' then redis.call('SET', KEYS[1], t) end
+    return {1, cur, since(cur), 0}
+  end
+end
+redis.call('SET', KEYS[1], t)
+redis.call('SET', KEYS[2], t .. ' ' .. ARGV[3])
+return {1, t, ARGV[3], 1}
+`
+
+// KEYS[1] = record key; ARGV = fingerprint, claimId, leaseUntil, expiresAt, ttlMs, retry (1|0), now.
+// Answers CLAIM_FIELDS, one a position, '' where the kind has none (abandoned: '1' or '').
+// A claim that finds the record in flight under its own claim id is this very call sent again
+// (a cluster client resends a command whose connection closed before the reply): it answers as
+// the first run did, from `after`/`ab`. Every read and check (HMGET first: a key of another
+// type fails there) comes before the first write, so a claim that fails wrote nothing.
+const CLAIM = `
+local k = KEYS[1]
+local fp, cid, leaseUntil, expiresAt, ttl, retry, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1', tonumber(ARGV[7])
+local function answer(a)
+  return {a[1], a.after or '', a.abandoned and '1' or '', a.status or '', a.headers or '', a.body or '', a.lease or '', a.reason or ''}
+end
+local function fresh(after, abandoned)
+  redis.call('DEL', k)
+  redis.call('HSET', k, 'state', 'in_flight', 'fp', fp, 'cid', cid, 'lease', leaseUntil, 'exp', expiresAt)
+  if after then redis.call('HSET', k, 'after', after, 'ab', abandoned) end
+  redis.call('PEXPIRE', k, ttl)
+end
+local r = redis.call('HMGET', k, 'state', 'fp', 'lease', 'exp', 'reason', 'status', 'cid', 'after', 'ab')
+local state = r[1]
+if not state or tonumber(r[4]) <= now then
+  fresh()
+  return answer{'claimed'}
+end
+if state == 'in_flight' and r[7] == cid then
+  redis.call('HSET', k, 'cid', cid)
+  return answer{'claimed', after = r[8], abandoned = r[8] and r[9] == '1'}
+end
+if r[2] ~= fp then return answer{'mismatch'} end
+if state == 'completed' then
+  local resp = redis.call('HMGET', k, 'headers', 'body')
+  return answer{'completed', status = r[6], headers = resp[1], body = resp[2]}
+end
+if state == 'not_stored' then return answer{'not_stored', status = r[6] or '0'} end
+if state == 'in_flight' then
+  if tonumber(r[3]) > now then return answer{'in_flight', lease = r[3]} end
+  if retry then
+    fresh('crash', '1')
+    return answer{'claimed', after = 'crash', abandoned = true}
+  end
+  redis.call('HSET', k, 'state', 'unknown', 'reason', 'crash')
+  return answer{'unknown', reason = 'crash', abandoned = true}
+end
+local reason = r[5] or 'crash'
+if retry then
+  fresh(reason, '0')
+  return answer{'claimed', after = reason}
+end
+return answer{'unknown', reason = reason}
+`
+
+// KEYS[1] = fence key, KEYS[2] = record key, KEYS[3] = the fence's since key; ARGV[1] = token,
+// ARGV[2..8] = CLAIM's ARGV (ARGV[8] is now, also the since of a mark FENCE raises).
+// FENCE, and CLAIM only when it accepts. Answers FENCE's four fields, then — when it accepted —
+// CLAIM's. Its two keys hash to two cluster slots: one Redis (with replicas) runs it; on a
+// cluster the store runs FENCE and CLAIM in turn instead. When CLAIM fails (a runtime error)
+// the script fails, and what FENCE wrote stands, as after a lone FENCE: CLAIM fails before it
+// writes (see there), so no claim is held.
+const ADMIT = `
+local function fence(KEYS, ARGV)
+${FENCE}
+end
+local function claim(KEYS, ARGV)
+${CLAIM}
+end
+local f = fence({KEYS[1], KEYS[3]}, {ARGV[1], '0', ARGV[8]})
+if f[1] == 0 then return f end
+local c = claim({KEYS[2]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
+for i = 4, 1, -1 do table.insert(c, 1, f[i]) end
+return c
+`
+
+// KEYS[1] = record key; ARGV = claimId, state, expiresAt, ttlMs, status, headers, body, reason.
+// Writes only while the record is in flight under claimId. Returns 1 when written.
+const FINISH = `
+local k = KEYS[1]
+local r = redis.call('HMGET', k, 'state', 'cid', 'fp')
+if r[1] ~= 'in_flight' or r[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', k)
+redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', ARGV[3])
+if ARGV[2] == 'completed' then
+  redis.call('HSET', k, 'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
+elseif ARGV[2] == 'not_stored' then
+  redis.call('HSET', k, 'status', ARGV[5])
+else
+  redis.call('HSET', k, 'reason', ARGV[8])
+end
+redis.call('PEXPIRE', k, ARGV[4])
+return 1
+`
+
+// KEYS[1] = record key; ARGV = claimId, leaseUntil. 1 when renewed, 0 when no longer held.
+const RENEW = `
+local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
+if r[1] == 'in_flight' and r[2] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+  return 1
+end
+return 0
+`
+
+// KEYS[1] = record key; ARGV[1] = claimId. Deletes only an in-flight record held by claimId.
+const RELEASE = `
+local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
+if r[1] == 'in_flight' and r[2] == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`
+
+// KEYS[1] = record key; ARGV = as (completed|failed), now, expiresAt, ttlMs.
+// Returns {'resolved', reason} | {'not_found'} | {'refused', state}.
+const RESOLVE = `
+local k = KEYS[1]
+local now = tonumber(ARGV[2])
+local r = redis.call('HMGET', k, 'state', 'lease', 'exp', 'reason', 'fp', 'cid')
+local state = r[1]
+if not state or tonumber(r[3]) <= now then return {'not_found'} end
+local reason
+if state == 'unknown' then reason = r[4] or 'crash'
+elseif state == 'in_flight' and tonumber(r[2]) <= now then reason = 'crash'
+else return {'refused', state} end
+redis.call('DEL', k)
+if ARGV[1] == 'completed' then
+  redis.call('HSET', k, 'state', 'not_stored', 'fp', r[5], 'cid', r[6], 'lease', '0', 'exp', ARGV[3], 'status', '0')
+  redis.call('PEXPIRE', k, ARGV[4])
+end
+return {'resolved', reason}
+`
+
+// KEYS[1] = audit stream; ARGV[1] = oldest id to keep (ms), ARGV[2..] = entries (JSON).
+// One command for a whole batch of the attempt log, instead of an XADD each.
+const AUDIT = `
+for i = 2, #ARGV do redis.call('XADD', KEYS[1], '*', 'e', ARGV[i]) end
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1])
+return #ARGV - 1
+`
+
+// `fencing.serialize: store` (src/fencing/window.ts). KEYS[1] = fence key, KEYS[2] = the
+// resource's registrations (same hash tag: one slot); ARGV = token, id, deadline, now.
+// Registers `id` unless the mark is above the token — read in the same script, so no fence runs
+// between the read and the write — deletes the expired registrations it comes across, and
+// answers {1, lowest older token ('' none), latest deadline of the older ones (0 none)} or
+// {0, highest}. Safe to run twice (the same id is written again).
+const REGISTER = `
+${DECIMAL_LT}local t, now = ARGV[1], tonumber(ARGV[4])
+local cur = redis.call('GET', KEYS[1])
+if cur and lt(t, cur) then return {0, cur} end
+redis.call('HSET', KEYS[2], ARGV[2], t .. ' ' .. ARGV[3])
+local all = redis.call('HGETALL', KEYS[2])
+local oldest, untl, last = false, 0, 0
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local sp = string.find(v, ' ', 1, true)
+  local tok, dl = string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
+  if dl <= now then
+    redis.call('HDEL', KEYS[2], all[i])
+  else
+    if dl > last then last = dl end
+    if lt(tok, t) then
+      if not oldest or lt(tok, oldest) then oldest = tok end
+      if dl > untl then untl = dl end
+    end
+  end
+end
+if last > 0 then redis.call('PEXPIRE', KEYS[2], math.floor(last - now) + 60000) end
+return {1, oldest or '', untl}
+`
+
+// KEYS[1] = the resource's registrations; ARGV = id, until ('0': delete), now. Deletes the
+// registration, or keeps it until `until`. Returns 1 when it was there.
+const UNREGISTER = `
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+if ARGV[2] == '0' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+local sp = string.find(v, ' ', 1, true)
+redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, sp - 1) .. ' ' .. ARGV[2])
+local want = math.floor(tonumber(ARGV[2]) - tonumber(ARGV[3])) + 60000
+if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
+return 1
+`
+
+/**
+ * A script: `name` is its ioredis command (defineCommand), `keys` how many of its arguments are
+ * keys; `sha` is what EVALSHA names it by when the store sends it itself (EVAL after NOSCRIPT).
+ */
+export interface Script { name: string; lua: string; sha: string; keys: number }
+const script = (name: string, lua: string, keys: number): Script => ({ name, lua, keys, sha: createHash('sha1').update(lua).digest('hex') })
+
+/** Every script of the store, by its command name. */
+export const SCRIPTS = {
+  fgFence: script('fgFence', FENCE, 2),
+  fgClaim: script('fgClaim', CLAIM, 1),
+  fgAdmit: script('fgAdmit', ADMIT, 3),
+  fgFinish: script('fgFinish', FINISH, 1),
+  fgRelease: script('fgRelease', RELEASE, 1),
+  fgRenew: script('fgRenew', RENEW, 1),
+  fgResolve: script('fgResolve', RESOLVE, 1),
+  fgAudit: script('fgAudit', AUDIT, 1),
+  fgRegister: script('fgRegister', REGISTER, 2),
+  fgUnregister: script('fgUnregister', UNREGISTER, 1),
+} as const
+
+// ------------------------------------------------------------------ arguments and answers
+
+/** CLAIM's ARGV (ADMIT's ARGV[2..8]). */
+export const claimArgs = (req: ClaimRequest, now: number): string[] => [
+  req.fingerprint, req.claimId, String(now + req.leaseMs), String(now + req.ttlMs),
+  String(Math.max(1, req.ttlMs)), req.retryUnknown ? '1' : '0', String(now),
+]
+
+/** FENCE's answer (ADMIT's first four fields): accepted 0|1, highest, since ('' when unknown), raised 0|1. */
+export type FenceReply = [number, string | Buffer, string | Buffer, number]
+
+/** FENCE's answer as a `FenceResult`. */
+export const fenceOf = (r: FenceReply): FenceResult =>
+  fenceResult({ accepted: Number(r[0]) === 1, highest: r[1].toString(), since: r[2].toString(), raised: Number(r[3]) === 1 })
+
+/**
+ * CLAIM's answer (ADMIT's from its fifth field), read as Buffers (a stored body is bytes): kind,
+ * after, abandoned, status, headers, body, leaseUntil, reason; '' where the kind has none.
+ */
+export type ClaimReply = Buffer[]
+
+/** CLAIM's answer as a `ClaimResult`. @throws Error on a kind this version does not know */
+export const claimOf = (r: ClaimReply): ClaimResult => {
+  const [kind, after, abandoned, status, headers, body, leaseUntil, reason] = r
+  return claimResult({
+    kind: kind.toString(), after: after.toString(), abandoned: abandoned.length > 0, status: status.toString(),
+    headers: headers.length ? headers.toString() : null, body, leaseUntil: leaseUntil.toString(), reason: reason.toString(),
+  })
+}
+
+/** ADMIT's answer: FENCE's fields, then CLAIM's when the fence accepted. */
+export type AdmitReply = [...FenceReply, ...ClaimReply]

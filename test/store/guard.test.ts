@@ -1,0 +1,290 @@
+// guardStore (src/store/index.ts): every call of a store that is not in process is raced against
+// `store.timeout`; the caller gets StoreError when the store is slower, and the request fails
+// closed (503, nothing forwarded). A claim the slow store still makes after that is given back —
+// released, or put back as the unknown outcome it took over — since nobody will finish it.
+// Checked with a Store test double whose claim/admit answer when the test says, and with the real
+// MemoryStore behind a proxy that holds its answers back.
+import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest'
+import { guardStore } from '../../src/store/index.js'
+import { MemoryStore } from '../../src/store/memory.js'
+import { StoreError, type AdmitResult, type ClaimResult, type Completion, type RecordKey, type Registration, type Store } from '../../src/store/types.js'
+import type { AuditLog } from '../../src/store/attempt-log/types.js'
+import type { Metrics } from '../../src/telemetry/metrics.js'
+import type { Logger } from '../../src/log.js'
+import { key, req, T0 } from './conformance.js'
+
+const TIMEOUT_MS = 50
+
+/** What guardStore touches of the metrics: the error counter and the duration histogram, by store and op. */
+const fakeMetrics = () => ({ storeErrors: { inc: vi.fn() }, storeDuration: { observe: vi.fn() } })
+const fakeLog = () => ({ debug: vi.fn(), info: vi.fn(), warn: vi.fn(), error: vi.fn(), access: vi.fn() })
+
+/** A call of the double not answered yet. */
+interface Held { op: string; answer(v: unknown): void; fail(e: unknown): void }
+
+const unused = (): Promise<never> => Promise.reject(new Error('not used by this test'))
+
+/**
+ * A Store test double: `claim`, `admit` and `register` answer only when the test calls
+ * `answer`/`fail` on what `held` holds; `release`, `finish` and `unregister` record their calls
+ * in `calls` and answer at once. Not in process (unless asked), so guardStore races it.
+ */
+class Scripted implements Store {
+  readonly kind = 'redis' as const
+  readonly inProcess?: boolean
+  readonly held: Held[] = []
+  readonly calls: [string, ...unknown[]][] = []
+  constructor(inProcess?: boolean) {
+    if (inProcess) this.inProcess = true
+  }
+  #later<T>(op: string): Promise<T> {
+    return new Promise<T>((answer, fail) => this.held.push({ op, answer: answer as (v: unknown) => void, fail }))
+  }
+  claim(): Promise<ClaimResult> { return this.#later('claim') }
+  admit(): Promise<AdmitResult> { return this.#later('admit') }
+  register(): Promise<Registration> { return this.#later('register') }
+  async release(k: RecordKey, claimId: string): Promise<void> { this.calls.push(['release', k, claimId]) }
+  async finish(k: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> { this.calls.push(['finish', k, claimId, done, ttlMs, now]) }
+  async unregister(resource: string, id: string, until?: number): Promise<void> { this.calls.push(['unregister', resource, id, until]) }
+  fence = unused
+  highest = unused
+  mark = unused
+  renew = unused
+  resolve = unused
+  unknowns = unused
+  olderRegistered = unused
+  markers = unused
+  acceptLoss = unused
+  ping = unused
+  close = async () => {}
+  audit: AuditLog = { append: unused, query: unused, timeline: unused, fenced: unused }
+}
+
+/** How a call settled, read without awaiting it. */
+const watch = <T>(p: Promise<T>) => {
+  const s: { done: boolean; value?: T; error?: unknown } = { done: false }
+  p.then((value) => Object.assign(s, { done: true, value }), (error: unknown) => Object.assign(s, { done: true, error }))
+  return s
+}
+
+/** Lets every pending promise callback run (a give-back is a chain of them). */
+const settle = () => new Promise<void>((r) => setImmediate(r))
+
+let metrics: ReturnType<typeof fakeMetrics>
+let log: ReturnType<typeof fakeLog>
+const guard = (inner: Store) => guardStore(inner, metrics as unknown as Metrics, TIMEOUT_MS, log as unknown as Logger)
+
+beforeEach(() => {
+  metrics = fakeMetrics()
+  log = fakeLog()
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+})
+afterEach(() => { vi.useRealTimers() })
+
+/** Makes the call, lets `store.timeout` pass, and checks the caller got StoreError then and not before. */
+async function timedOut<T>(call: () => Promise<T>, op: string): Promise<void> {
+  const s = watch(call())
+  await vi.advanceTimersByTimeAsync(TIMEOUT_MS - 1)
+  expect(s.done, 'settled before store.timeout').toBe(false)
+  await vi.advanceTimersByTimeAsync(1)
+  expect(s.done, 'not settled at store.timeout').toBe(true)
+  expect(s.error).toBeInstanceOf(StoreError)
+  expect((s.error as StoreError).op).toBe(op)
+  expect((s.error as StoreError).message).toBe(`store did not answer ${op} within ${TIMEOUT_MS} ms`)
+}
+
+describe('guardStore: a call slower than store.timeout', () => {
+  test('claim: the caller gets StoreError at the timeout; counted and logged under the op', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).claim(key(), req('c1'), T0), 'claim')
+    expect(metrics.storeErrors.inc).toHaveBeenCalledTimes(1)
+    expect(metrics.storeErrors.inc).toHaveBeenCalledWith({ store: 'redis', op: 'claim' })
+    expect(metrics.storeDuration.observe).toHaveBeenCalledWith({ store: 'redis', op: 'claim' }, expect.any(Number))
+    expect(log.error).toHaveBeenCalledTimes(1)
+    expect(log.error.mock.calls[0][1]).toMatchObject({ store: 'redis', op: 'claim', error: `store did not answer claim within ${TIMEOUT_MS} ms` })
+  })
+
+  test('an outage logs once a second per op, and counts every failed call', async () => {
+    const store = guard(new Scripted())
+    await timedOut(() => store.claim(key(), req('c1'), T0), 'claim')
+    await timedOut(() => store.claim(key(), req('c2'), T0), 'claim')
+    await timedOut(() => store.admit({ resource: 'r', token: 1n }, key(), req('c3'), T0), 'admit')
+    expect(metrics.storeErrors.inc.mock.calls).toEqual([[{ store: 'redis', op: 'claim' }], [{ store: 'redis', op: 'claim' }], [{ store: 'redis', op: 'admit' }]])
+    expect(log.error.mock.calls.map((c) => c[1].op)).toEqual(['claim', 'admit'])
+  })
+
+  test('an answer within the timeout is the answer: nothing counted, nothing given back', async () => {
+    const inner = new Scripted()
+    const s = watch(guard(inner).claim(key(), req('c1'), T0))
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS - 1)
+    inner.held[0].answer({ kind: 'claimed' })
+    await settle()
+    expect(s).toEqual({ done: true, value: { kind: 'claimed' } })
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS)
+    expect(inner.calls).toEqual([])
+    expect(metrics.storeErrors.inc).not.toHaveBeenCalled()
+  })
+
+  test('a store in process (inProcess) is not raced: a slow answer is still the answer', async () => {
+    const inner = new Scripted(true)
+    const s = watch(guard(inner).claim(key(), req('c1'), T0))
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS * 10)
+    expect(s.done).toBe(false)
+    inner.held[0].answer({ kind: 'claimed' })
+    await settle()
+    expect(s).toEqual({ done: true, value: { kind: 'claimed' } })
+    expect(inner.calls).toEqual([])
+  })
+})
+
+describe('guardStore: a claim that answers after the timeout is given back', () => {
+  test('claim answers `claimed` late: released under its claimId', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).claim(key(), req('late-1'), T0), 'claim')
+    expect(inner.calls).toEqual([])
+    inner.held[0].answer({ kind: 'claimed' })
+    await settle()
+    expect(inner.calls).toEqual([['release', key(), 'late-1']])
+  })
+
+  test('claim answers `claimed` late after taking over an unknown outcome: put back as that outcome, not released', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).claim(key(), req('late-2', { retryUnknown: true, ttlMs: 60_000 }), T0), 'claim')
+    inner.held[0].answer({ kind: 'claimed', after: 'timeout' })
+    await settle()
+    expect(inner.calls).toEqual([['finish', key(), 'late-2', { kind: 'unknown', reason: 'timeout' }, 60_000, T0]])
+  })
+
+  test('admit answers accepted and `claimed` late: released under its claimId', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).admit({ resource: 'res/a', token: 7n }, key(), req('late-3'), T0), 'admit')
+    inner.held[0].answer({ fence: { accepted: true, highest: 7n, since: T0, raised: true }, claim: { kind: 'claimed' } })
+    await settle()
+    expect(inner.calls).toEqual([['release', key(), 'late-3']])
+  })
+
+  test('admit answers `claimed` after a crashed holder late: put back as unknown, reason crash', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).admit({ resource: 'res/a', token: 7n }, key(), req('late-4', { retryUnknown: true }), T0), 'admit')
+    inner.held[0].answer({ fence: { accepted: true, highest: 7n }, claim: { kind: 'claimed', after: 'crash', abandoned: true } })
+    await settle()
+    expect(inner.calls).toEqual([['finish', key(), 'late-4', { kind: 'unknown', reason: 'crash' }, req('x').ttlMs, T0]])
+  })
+
+  const notClaimed: [string, ClaimResult][] = [
+    ['completed (a replay)', { kind: 'completed', response: { status: 201, headers: [], body: Buffer.from('x') } }],
+    ['not_stored', { kind: 'not_stored', status: 201 }],
+    ['in_flight', { kind: 'in_flight', leaseUntil: T0 + 1_000 }],
+    ['unknown', { kind: 'unknown', reason: 'reset', abandoned: true }],
+    ['mismatch', { kind: 'mismatch' }],
+  ]
+  for (const [what, late] of notClaimed) {
+    test(`claim answers ${what} late: nothing is given back`, async () => {
+      const inner = new Scripted()
+      await timedOut(() => guard(inner).claim(key(), req('c1'), T0), 'claim')
+      inner.held[0].answer(late)
+      await settle()
+      expect(inner.calls).toEqual([])
+    })
+  }
+
+  test('admit answers a stale token, or a key it did not claim, late: nothing is given back', async () => {
+    const inner = new Scripted()
+    const store = guard(inner)
+    await timedOut(() => store.admit({ resource: 'res/a', token: 1n }, key(), req('c1'), T0), 'admit')
+    await timedOut(() => store.admit({ resource: 'res/a', token: 9n }, key(), req('c2'), T0), 'admit')
+    inner.held[0].answer({ fence: { accepted: false, highest: 5n } })
+    inner.held[1].answer({ fence: { accepted: true, highest: 9n, raised: true }, claim: { kind: 'in_flight', leaseUntil: T0 + 1_000 } })
+    await settle()
+    expect(inner.calls).toEqual([])
+  })
+
+  test('a late failure gives nothing back, and throws nowhere', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).claim(key(), req('c1'), T0), 'claim')
+    inner.held[0].fail(new Error('connection reset'))
+    await settle()
+    expect(inner.calls).toEqual([])
+  })
+
+  test('a store error before the timeout: StoreError at once, under the op, and nothing to give back', async () => {
+    const inner = new Scripted()
+    const s = watch(guard(inner).claim(key(), req('c1'), T0))
+    inner.held[0].fail(new Error('WRONGTYPE Operation against a key holding the wrong kind of value'))
+    await settle()
+    expect(s.done).toBe(true)
+    expect(s.error).toBeInstanceOf(StoreError)
+    expect(s.error).toMatchObject({ op: 'claim', message: 'redis claim: WRONGTYPE Operation against a key holding the wrong kind of value' })
+    expect(metrics.storeErrors.inc).toHaveBeenCalledWith({ store: 'redis', op: 'claim' })
+    expect(inner.calls).toEqual([])
+  })
+
+  test('register answers `registered` late: unregistered, so it does not hold newer tokens back', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).register('res/a', 7n, 'w1', T0 + 60_000, T0), 'register')
+    inner.held[0].answer({ registered: true, until: 0 })
+    await settle()
+    expect(inner.calls).toEqual([['unregister', 'res/a', 'w1', undefined]])
+  })
+})
+
+/**
+ * The real MemoryStore behind a proxy that runs `claim` and `admit` at once (the store applies
+ * them) but holds their answers back until `deliver()`: a store whose answer comes late. Not in
+ * process, so guardStore races it.
+ */
+function slowAnswers(inner: MemoryStore): { store: Store; deliver(): void } {
+  const waiting: (() => void)[] = []
+  const store = new Proxy(inner, {
+    get(target, prop) {
+      if (prop === 'inProcess') return false
+      const v = Reflect.get(target, prop, target) as unknown
+      if (typeof v !== 'function') return v
+      const f = (v as (...a: unknown[]) => Promise<unknown>).bind(target)
+      if (prop !== 'claim' && prop !== 'admit') return f
+      return (...args: unknown[]) => {
+        const answer = f(...args)
+        return new Promise((resolve) => waiting.push(() => resolve(answer)))
+      }
+    },
+  }) as unknown as Store
+  return { store, deliver: () => { for (const w of waiting.splice(0)) w() } }
+}
+
+describe('guardStore on a real MemoryStore whose answers come late', () => {
+  test('a late claim is released: the key is free again', async () => {
+    const mem = new MemoryStore()
+    const slow = slowAnswers(mem)
+    await timedOut(() => guard(slow.store).claim(key(), req('late'), T0), 'claim')
+    // the store made the claim; its answer has not come back yet
+    expect(await mem.claim(key(), req('probe'), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+    slow.deliver()
+    await settle()
+    expect(await mem.claim(key(), req('next'), T0 + 2)).toEqual({ kind: 'claimed' })
+  })
+
+  test('a late takeover of an unknown outcome is put back: the key still reads as that unknown outcome', async () => {
+    const mem = new MemoryStore()
+    await mem.claim(key(), req('first'), T0)
+    await mem.finish(key(), 'first', { kind: 'unknown', reason: 'timeout' }, 60_000, T0 + 10)
+    const slow = slowAnswers(mem)
+    await timedOut(() => guard(slow.store).claim(key(), req('late', { retryUnknown: true }), T0 + 20), 'claim')
+    slow.deliver()
+    await settle()
+    expect(await mem.claim(key(), req('at-most-once'), T0 + 30)).toEqual({ kind: 'unknown', reason: 'timeout' })
+    expect((await mem.unknowns(T0 + 30)).map((u) => [u.key.key, u.reason])).toEqual([[key().key, 'timeout']])
+    // a retrying client still learns what came before (a possible duplicate effect)
+    expect(await mem.claim(key(), req('retry', { retryUnknown: true }), T0 + 40)).toEqual({ kind: 'claimed', after: 'timeout' })
+  })
+
+  test('a late admit: the claim is released, the raised mark stays', async () => {
+    const mem = new MemoryStore()
+    await mem.fence('res/a', 5n, T0 - 1_000)
+    const slow = slowAnswers(mem)
+    await timedOut(() => guard(slow.store).admit({ resource: 'res/a', token: 7n }, key(), req('late'), T0), 'admit')
+    slow.deliver()
+    await settle()
+    expect(await mem.mark('res/a')).toEqual({ highest: 7n, since: T0 })
+    expect(await mem.admit({ resource: 'res/a', token: 7n }, key(), req('next'), T0 + 1)).toEqual({ fence: { accepted: true, highest: 7n, since: T0 }, claim: { kind: 'claimed' } })
+  })
+})
