@@ -116,7 +116,7 @@ export function admission(route: CompiledRoute, store: Store, metrics: Metrics, 
       }
       r.noteFindings(f, result)
       if (result.kind === 'claimed') {
-        const exchange = r.exchange(f, claim.recordKey, claimId)
+        const exchange = r.exchange(f, claim.recordKey, claimId, result.after)
         c.set('exchange', exchange)
         try {
           await next()

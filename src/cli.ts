@@ -14,6 +14,8 @@
 import { tracing } from './telemetry/bootstrap.js'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { existsSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import cluster from 'node:cluster'
 import { loadConfig, ConfigError, type ConfigProblem, formatProblem } from './config/load.js'
 import type { Config } from './config/schema.js'
@@ -32,7 +34,7 @@ type Options = NonNullable<ParseArgsConfig['options']>
 /** Every flag of every command; each command admits some of them. */
 const FLAGS = {
   config: { type: 'string', short: 'c' },
-  'with-sample': { type: 'boolean' },
+  'with-sample': { type: 'string' },
   workers: { type: 'string', short: 'w' },
   connect: { type: 'boolean' },
   since: { type: 'string' },
@@ -65,11 +67,13 @@ const JSON_LINE = '--json              print the result, and any error, as JSON 
 const COMMANDS: Record<string, Command> = {
   start: {
     summary: 'run the gateway (the default command)',
-    usage: ['fencegate [start] [--config PATH] [--with-sample] [--workers N]'],
+    usage: ['fencegate [start] [--config PATH] [--with-sample MODULE] [--workers N]'],
     flags: ['config', 'with-sample', 'workers'],
     details: [
       CONFIG_LINE,
-      '--with-sample       also start the bundled payments service on the first route\'s upstream address',
+      '--with-sample MODULE  also start the sample service MODULE exports as startPayments(port, host) on',
+      '                      the first route\'s upstream address; npm start passes the bundled one,',
+      '                      dist/examples/payments/server.js',
       '--workers N, -w N   N worker processes (1-1024) sharing the proxy port; not with store.kind memory',
       '',
       'Signals: SIGTERM or SIGINT stop gracefully (requests in flight finish, up to shutdown.grace);',
@@ -268,6 +272,8 @@ function flagsOf(name: string, rest: string[]): { values: Values; positionals: s
     if (positional) throw usageError(`${name} takes no argument "${positional[1]}"`, hint)
     const missing = /^Option '(-\w, )?(--[\w-]+) <value>' argument missing/.exec(err.message)
     if (missing) throw usageError(`${missing[2]} needs a value`, hint)
+    const ambiguous = /^Option '(-\w, )?(--[\w-]+)' argument is ambiguous/.exec(err.message)
+    if (ambiguous) throw usageError(`${ambiguous[2]} needs a value (one that starts with "-" is written ${ambiguous[2]}=-VALUE)`, hint)
     throw usageError(err.message, hint)
   }
 }
@@ -370,6 +376,26 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
+/** What `--with-sample MODULE` must export: starts the sample service, resolves once it listens. */
+type StartSample = (port: number, host: string) => Promise<{ url: string; close(): Promise<void> }>
+
+/**
+ * Loads the sample service `--with-sample` names: the gateway imports no example itself.
+ * @param path a JS module, relative to the working directory
+ * @throws Exit 2 (usage) when the module cannot be loaded or does not export startPayments
+ */
+async function loadSample(path: string): Promise<StartSample> {
+  const hint = `usage: ${COMMANDS.start.usage[0]}\n(the bundled sample: --with-sample dist/examples/payments/server.js)`
+  let mod: { startPayments?: unknown }
+  try {
+    mod = await import(pathToFileURL(resolve(path)).href)
+  } catch (e) {
+    throw usageError(`--with-sample: cannot load ${path}: ${(e as Error).message}`, hint)
+  }
+  if (typeof mod.startPayments !== 'function') throw usageError(`--with-sample: ${path} does not export a function startPayments(port, host)`, hint)
+  return mod.startPayments as StartSample
+}
+
 async function start(config: Config, file: string, values: Values): Promise<void> {
   const workers = Number(values.workers ?? 1)
   if (!/^\d+$/.test(values.workers ?? '1') || workers < 1 || workers > 1024) throw usageError('--workers must be a whole number from 1 to 1024', `usage: ${COMMANDS.start.usage[0]}`)
@@ -389,8 +415,8 @@ async function start(config: Config, file: string, values: Values): Promise<void
   process.on('SIGHUP', hup)
 
   let sample: { url: string; close(): Promise<void> } | undefined
-  if (values['with-sample'] && !cluster.isWorker) {
-    const { startPayments } = await import('../examples/payments/server.js')
+  if (values['with-sample'] !== undefined && !cluster.isWorker) {
+    const startPayments = await loadSample(values['with-sample'])
     const up = new URL(config.routes[0].upstream.url)
     try {
       sample = await startPayments(Number(up.port || 80), up.hostname)
@@ -401,7 +427,7 @@ async function start(config: Config, file: string, values: Values): Promise<void
   try {
     // a store that answers only after start-up and then refuses: the gateway has closed itself
     const onRefused = () => { sample?.close().finally(() => process.exit(2)) }
-    running = await (cluster.isWorker ? startWorker(config, log, file) : workers > 1 ? startPrimary(config, workers, log, file) : startGateway(config, log, { configFile: file, onRefused }))
+    running = await (cluster.isWorker ? startWorker(config, log, file) : workers > 1 ? startPrimary(config, workers, log, file, onRefused) : startGateway(config, log, { configFile: file, onRefused }))
   } catch (e) {
     await sample?.close()
     if (e instanceof RiskRefused) throw new Exit(2, 'config', [formatProblem(file, { path: 'store', message: `the ${config.store.kind} store's own settings break a guarantee outright, so the gateway does not start: ${e.message} (fencegate doctor --config ${file} lists every finding)` })])

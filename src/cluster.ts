@@ -24,9 +24,8 @@ import { AggregatorRegistry, Registry, type Metric } from 'prom-client'
 import type { Config } from './config/schema.js'
 import { StateWatch } from './store/state-loss.js'
 import { createAdmin, exposedAdmin } from './admin.js'
-import { guardStore } from './store/index.js'
-import { openForGateway } from './store/late.js'
-import { checkAtStart } from './store/doctor.js'
+import { openGuardedStore } from './store/open.js'
+import type { RiskRefused } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
@@ -60,22 +59,21 @@ export async function startWorker(config: Config, log: Logger, configFile?: stri
 /**
  * In the primary: forks `workers` workers, waits until each listens, then starts the admin
  * listener with aggregated metrics.
- * @throws StoreError when the primary cannot open the store; Error when a worker exits before it listens
+ * @throws StoreError when the primary cannot open the store; RiskRefused when the store's settings
+ *   hold a blocking risk (./store/doctor.ts); Error when a worker exits before it listens
  */
-export async function startPrimary(config: Config, workers: number, log: Logger, configFile?: string): Promise<Running> {
+export async function startPrimary(config: Config, workers: number, log: Logger, configFile?: string, onRefused?: (e: RiskRefused) => void): Promise<Running> {
   const metrics = createMetrics(VERSION)
   log.setLevel?.(config.log.level)
-  const { store: raw } = await openForGateway(config, log)
   // the store's settings are checked here, once, before any worker starts (they do not check)
-  await checkAtStart(config, log, raw).catch(async (e) => { await raw.close().catch(() => {}); throw e })
-  const store = guardStore(raw, metrics, config.store.timeout, log)
+  const opened = await openGuardedStore(config, log, metrics)
+  const { store } = opened
   let accepting = true
   let admin: Server | undefined
   const alive = new Set<Worker>()
   // the primary only watches for /readyz; each worker runs its own watch and fails closed
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
   try {
-    await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
     await watch.start(60_000)
     const urls = await Promise.all(Array.from({ length: workers }, () => fork(alive)))
     const aggregator = new AggregatorRegistry()
@@ -88,7 +86,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
         return { body: `${workersText.trimEnd()}\n${ownText}`, contentType: Registry.PROMETHEUS_CONTENT_TYPE }
       },
     }
-    const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config: c, watch })
+    const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config: c, watch, storeSettings: opened.settings })
     let adminFetch = adminApp(config).fetch
     admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
     const adminUrl = await listen(admin, config.admin.listen)
@@ -128,8 +126,14 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
       admin!.closeAllConnections()
       await new Promise<void>((r) => admin!.close(() => r()))
       watch.stop()
-      await raw.close().catch(() => {})
+      await store.close().catch(() => {})
     })())
+    // a store that did not answer at start-up: its settings are read once it does, as a lone gateway's are
+    opened.checkWhenConnected(async (e) => {
+      log.error(`the store's settings refuse this gateway, which stops: ${e.message}`, { store: config.store.kind, refused: e.findings.map((f) => f.id).join(', ') })
+      await close()
+      onRefused?.(e)
+    })
     // the workers log the attempts; the primary's queue is there for the Running interface
     return { url: urls[0], adminUrl, metrics, audit: new AuditQueue(store.audit), close, reload }
   } catch (e) {
@@ -137,7 +141,7 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
     for (const w of alive) w.process.kill('SIGKILL')
     admin?.close()
     watch.stop()
-    await raw.close().catch(() => {})
+    await store.close().catch(() => {})
     throw e
   }
 }

@@ -4,7 +4,6 @@
  */
 import type { RouteConfig } from './config/schema.js'
 import { compileTemplate, pathParams, type Template } from './config/template.js'
-import { hash } from 'node:crypto'
 
 export interface CompiledRoute {
   name: string
@@ -23,9 +22,6 @@ export interface CompiledRoute {
     releaseStatuses: ReadonlySet<number>
   } & Omit<NonNullable<RouteConfig['idempotency']>, 'keyHeader' | 'required' | 'methods' | 'scope' | 'releaseStatuses'>
 }
-
-/** hex SHA-256; `crypto.hash` (Node ≥ 20.12) is one call, without a Hash object per digest. */
-export const sha256hex = (s: string | Buffer): string => hash('sha256', s, 'hex')
 
 /** @param requestIdHeader `log.requestIdHeader` */
 export function compileRoute(r: RouteConfig, requestIdHeader = 'X-Request-Id'): CompiledRoute {

@@ -4,7 +4,7 @@
  * pools and the store. `reload()` (SIGHUP) swaps in the app of a new config while requests in
  * flight finish under the old one (./reload.ts). A shared store that does not answer at start-up
  * does not stop the start: the gateway serves, failing closed, and connects when it answers
- * (./store/late.ts).
+ * (./store/late.ts). The store is opened as the `--workers` primary opens it (./store/open.ts).
  */
 import type { AddressInfo } from 'node:net'
 import { randomUUID } from 'node:crypto'
@@ -15,9 +15,8 @@ import { createAdaptorServer, getRequestListener, RequestError } from '@hono/nod
 import type { Config } from './config/schema.js'
 import { createGateway } from './gateway.js'
 import { createAdmin, exposedAdmin } from './admin.js'
-import { guardStore } from './store/index.js'
-import { openForGateway } from './store/late.js'
-import { checkAtStart, RiskRefused, settingsReader, type DoctorReport } from './store/doctor.js'
+import { openGuardedStore } from './store/open.js'
+import type { RiskRefused } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { StateWatch } from './store/state-loss.js'
 import { tooLarge } from './body.js'
@@ -242,27 +241,16 @@ function refuseHopelessUploads(server: Server, current: () => Generation): void 
 /**
  * Opens the store and starts both listeners. A redis or postgres store that does not answer yet
  * does not stop the start (contract §2): see ./store/late.ts.
- * @throws StoreError when a memory or sqlite store cannot be opened; Error (EADDRINUSE…) when a port is taken
+ * @throws StoreError when a memory or sqlite store cannot be opened; RiskRefused when the store's
+ *   settings hold a blocking risk (./store/doctor.ts); Error (EADDRINUSE…) when a port is taken
  */
 export async function startGateway(config: Config, log: Logger = createLogger(), options: StartOptions = {}): Promise<Running> {
   const metrics = createMetrics(VERSION)
   log.setLevel?.(config.log.level)
-  const { store: raw, connected } = await openForGateway(config, log)
   // the store's real settings: one log line, and no start on a risk store.acceptRisks does not
   // name (a --workers worker leaves both to the primary)
-  const checksSettings = options.admin !== false
-  let settings: DoctorReport | undefined
-  if (checksSettings) {
-    try {
-      settings = await checkAtStart(config, log, raw)
-    } catch (e) {
-      await raw.close().catch(() => {})
-      throw e
-    }
-  }
-  const storeSettings = settingsReader(config.store, raw, settings)
-  const store = guardStore(raw, metrics, config.store.timeout, log)
-  await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
+  const opened = await openGuardedStore(config, log, metrics, { checkSettings: options.admin !== false })
+  const { store, settings: storeSettings } = opened
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
   await watch.start() // a store that does not answer yet: its first answer sets the epoch
   let accepting = true
@@ -291,7 +279,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     watch.stop()
     stopUnknown()
     server.close()
-    await raw.close()
+    await store.close()
     throw e
   }
   if (options.admin !== false) {
@@ -331,18 +319,15 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     }
     await closeUpstreams([current, ...lingering].flatMap((g) => g.pools)).catch(() => {})
     await audit.flush().catch(() => {})
-    await raw.close().catch(() => {})
+    await store.close().catch(() => {})
     admin.closeAllConnections()
     await new Promise<void>((r) => admin.close(() => r()))
   })())
-  if (checksSettings && settings === undefined) {
-    // the store did not answer at start-up: its settings are read once it does
-    connected.then(() => checkAtStart(config, log, raw)).catch(async (e) => {
-      if (!(e instanceof RiskRefused)) return
-      log.error(`the store's settings refuse this gateway, which stops: ${e.message}`, { store: config.store.kind, refused: e.findings.map((f) => f.id).join(', ') })
-      await close()
-      options.onRefused?.(e)
-    })
-  }
+  // a store that did not answer at start-up: its settings are read once it does
+  opened.checkWhenConnected(async (e) => {
+    log.error(`the store's settings refuse this gateway, which stops: ${e.message}`, { store: config.store.kind, refused: e.findings.map((f) => f.id).join(', ') })
+    await close()
+    options.onRefused?.(e)
+  })
   return { url, adminUrl, metrics, audit, close, reload }
 }

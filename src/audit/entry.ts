@@ -5,7 +5,6 @@
 import { hostname } from 'node:os'
 import type { RequestFacts } from '../facts.js'
 import type { AuditEntry } from '../store/attempt-log/types.js'
-export { keyHashOf as auditKeyHash } from '../idempotency/read.js'
 
 /** hostname:pid of this process: which replica (or worker) made a decision. */
 export const REPLICA = `${hostname()}:${process.pid}`

@@ -5,28 +5,12 @@
  * with fencing or idempotency.
  */
 import type { Config, RouteConfig } from '../config/schema.js'
+import { formatDuration, formatSize } from '../config/units.js'
 
 export interface Claim {
   guarantees: string[]
   assumptions: string[]
   notGuaranteed: string[]
-}
-
-const UNITS: [number, string][] = [[86_400_000, 'd'], [3_600_000, 'h'], [60_000, 'm'], [1000, 's']]
-
-/** A duration in ms as the config writes it: 24h, 30s, 90m, 1500ms. */
-export function formatDuration(ms: number): string {
-  // days from two on (24h reads better than 1d, as the config's own defaults write it)
-  for (const [size, unit] of UNITS) if (ms >= (unit === 'd' ? 2 * size : size) && ms % size === 0) return `${ms / size}${unit}`
-  return `${ms}ms`
-}
-
-/** A size in bytes as the config writes it: 1MiB, 64KiB, 1000. */
-export function formatSize(bytes: number): string {
-  if (bytes >= 1024 ** 3 && bytes % 1024 ** 3 === 0) return `${bytes / 1024 ** 3}GiB`
-  if (bytes >= 1024 ** 2 && bytes % 1024 ** 2 === 0) return `${bytes / 1024 ** 2}MiB`
-  if (bytes >= 1024 && bytes % 1024 === 0) return `${bytes / 1024}KiB`
-  return `${bytes} bytes`
 }
 
 const list = (items: readonly string[], and = 'and'): string =>

@@ -25,7 +25,7 @@
 import type { Config, RouteConfig } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
-import { formatDuration } from './guarantees.js'
+import { formatDuration } from '../config/units.js'
 
 /** Most fenced attempts read per report (the newest of the window). */
 export const LEASES_LIMIT = 100_000

@@ -10,11 +10,11 @@
 import { hostname, userInfo } from 'node:os'
 import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
-import { sha256hex } from '../route.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
+import { keyHashOf, recordKeyOf } from '../idempotency/record-key.js'
 import type { RecordKey, Resolution, Store, UnknownReason } from '../store/types.js'
-import { REPLICA, auditKeyHash } from './entry.js'
-import { formatDuration } from './guarantees.js'
+import { REPLICA } from './entry.js'
+import { formatDuration } from '../config/units.js'
 import type { AuditEntry } from '../store/attempt-log/types.js'
 
 export interface ResolveRequest {
@@ -99,7 +99,7 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
   if (r.keyHash !== undefined) {
     if (r.key !== undefined || r.scope !== undefined) throw new Problem('bad-request', 'Give either keyHash, or key (with scope when the route has one), not both.')
     if (typeof r.keyHash !== 'string' || !/^[0-9a-f]{64}$/.test(r.keyHash)) throw new Problem('bad-request', 'keyHash must be 64 lower-case hex digits, as `fencegate unknown` lists it.')
-    const found = (await store.unknowns(now, { route: rc.name, limit: 100_000 })).find((u) => auditKeyHash(u.key.scope, u.key.key) === r.keyHash)
+    const found = (await store.unknowns(now, { route: rc.name, limit: 100_000 })).find((u) => keyHashOf(u.key.scope, u.key.key) === r.keyHash)
     if (!found) {
       throw new Problem('record-not-found', `Route ${rc.name} has no record in the unknown state with key hash ${r.keyHash} (already resolved, expired, or its outcome is known): \`fencegate unknown\` lists those that are.`, { keyHash: r.keyHash })
     }
@@ -107,14 +107,13 @@ export async function resolveKey(config: Config, store: Store, r: ResolveRequest
   }
   const key = typeof r.key === 'string' ? parseIdempotencyKey(r.key) : undefined
   if (key === undefined) throw new Problem('bad-request', 'key must be an idempotency key: 1 to 255 visible ASCII characters, bare or as a quoted sf-string.')
-  let scope = ''
   if (i.scope === '') {
     if (r.scope) throw new Problem('bad-request', `Route ${rc.name} does not scope its keys (idempotency.scope is ""); leave the scope out.`)
   } else {
     if (typeof r.scope !== 'string') throw new Problem('bad-request', `Route ${rc.name} scopes its keys by "${i.scope}": give the scope, the value that template had on the request (an empty string when it named nothing).`)
-    scope = sha256hex(r.scope)
   }
-  return settle(rc, store, { route: rc.name, scope, key }, auditKeyHash(scope, key), r.as, now, who)
+  const { recordKey, keyHash } = recordKeyOf(rc.name, i.scope === '' ? undefined : r.scope, key)
+  return settle(rc, store, recordKey, keyHash, r.as, now, who)
 }
 
 /** Resolves one record and writes the `resolve` entry. */

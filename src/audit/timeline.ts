@@ -6,10 +6,9 @@
  */
 import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
-import { sha256hex } from '../route.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
+import { recordKeyOf } from '../idempotency/record-key.js'
 import type { AuditEntry, AuditLog, TimelineFilter } from '../store/attempt-log/types.js'
-import { auditKeyHash } from './entry.js'
 import { human } from './leases.js'
 
 /** At most this many entries (the newest). */
@@ -54,7 +53,7 @@ export async function buildTimeline(config: Config, log: AuditLog, q: TimelineQu
     const key = parseIdempotencyKey(q.key)
     if (key === undefined) throw new Problem('bad-request', 'The key must be an idempotency key: 1 to 255 visible ASCII characters, bare or as a quoted sf-string.')
     if (rc.idempotency.scope !== '' && q.scope === undefined) throw new Problem('bad-request', `Route ${rc.name} scopes its keys by "${rc.idempotency.scope}": give the scope too.`)
-    filter.keyHashes = [auditKeyHash(rc.idempotency.scope === '' ? '' : sha256hex(q.scope!), key)]
+    filter.keyHashes = [recordKeyOf(rc.name, rc.idempotency.scope === '' ? undefined : q.scope, key).keyHash]
   } else {
     filter.resource = q.resource
   }

@@ -10,7 +10,7 @@ import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Store, UnknownReason, UnknownRecord } from '../store/types.js'
 import type { AuditEntry } from '../store/attempt-log/types.js'
-import { auditKeyHash } from './entry.js'
+import { keyHashOf } from '../idempotency/record-key.js'
 
 /** One unknown outcome as listed (contract §8 `{"unknown": [...]}`). */
 export interface UnknownOutcome {
@@ -39,7 +39,7 @@ export const UNKNOWN_LIMIT = 1000
  */
 export async function listUnknown(config: Config, store: Store, now = Date.now(), route?: string): Promise<{ unknown: UnknownOutcome[] }> {
   const records = await store.unknowns(now, { route, limit: UNKNOWN_LIMIT })
-  const hashes = records.map((r) => auditKeyHash(r.key.scope, r.key.key))
+  const hashes = records.map((r) => keyHashOf(r.key.scope, r.key.key))
   const told = new Map<string, AuditEntry>()
   if (records.length) {
     const entries = await store.audit.timeline({ keyHashes: hashes, route }, now - config.audit.retention, records.length * 20)

@@ -7,8 +7,9 @@
  * A value the upstream could read otherwise than the gateway — given twice, or spelled so that
  * servers decode or split it differently — is `ambiguous`, and the request is refused: the
  * gateway would check one resource (or key owner) while the upstream applies the request to
- * another. The rules per source are in ../template-source.ts.
+ * another. The rules per source are in ../template-fill.ts.
  */
+import { HOP_BY_HOP } from '../hop-by-hop.js'
 
 /**
  * What a source answers for a value it cannot give unambiguously. `ambiguous` completes a
@@ -44,8 +45,6 @@ type Part = string | { from: 'param' | 'header' | 'query'; name: string; label: 
 
 // RFC 9110 §5.1 field-name = token
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-// Headers that never reach the gateway's request handlers as end-to-end fields (RFC 9110 §7.6.1).
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
 
 /**
  * Compiles a template.
@@ -74,6 +73,7 @@ export function compileTemplate(text: string, pathParams: readonly string[]): Te
       }
     } else if (from === 'header') {
       if (!TOKEN.test(name)) throw new Error(`{header.${name}} cannot exist: "${name}" is not a valid header field name (RFC 9110 §5.1)`)
+      // never forwarded (../forward/headers.ts), so the upstream never reads it
       if (HOP_BY_HOP.has(name.toLowerCase())) throw new Error(`{header.${name}} names a hop-by-hop header, which is not part of the request's meaning`)
     } else if (from !== 'query') {
       throw new Error(`placeholder {${inner}}: unknown source "${from}" (use param, header or query)`)

@@ -4,9 +4,7 @@
  * fields after that removal, so a client cannot make it drop them.
  */
 import type { IncomingMessage } from 'node:http'
-
-/** RFC 9110 §7.6.1 and the de-facto ones (Keep-Alive, Proxy-Connection). */
-export const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade'])
+import { HOP_BY_HOP } from '../hop-by-hop.js'
 
 // Set by the gateway itself, never copied from the client.
 const REPLACED_ON_REQUEST = new Set(['host', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'via', 'expect'])

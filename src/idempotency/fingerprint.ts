@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { sha256hex } from '../route.js'
+import { sha256hex } from './record-key.js'
 
 // below this body size one Buffer and a one-shot hash beat a Hash object fed in parts
 const ONE_SHOT_BYTES = 16 * 1024

@@ -8,7 +8,7 @@
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
 import type { Exchange } from '../context.js'
 import type { RequestFacts } from '../facts.js'
-import type { IdempotencyResult } from '../outcomes.js'
+import type { IdempotencyResult, UnknownReason } from '../outcomes.js'
 import type { CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
@@ -102,9 +102,15 @@ export class Records {
   /**
    * The exchange of a claimed key: its lease is renewed until the record is finished or released
    * (./lease.ts); call `end()` once the request is over, however it ended.
+   * @param after the reason of the unknown outcome this claim took over (`ClaimResult.after`), if
+   *   any: when this attempt then does nothing upstream, that earlier outcome is still unknown and
+   *   is put back, not released (which would forget it and let the next try count as fresh)
    */
-  exchange(f: RequestFacts, key: RecordKey, claimId: string): Exchange & { end(): void } {
+  exchange(f: RequestFacts, key: RecordKey, claimId: string, after?: UnknownReason): Exchange & { end(): void } {
     const store = this.#store
+    const giveBack = (): Promise<void> => after
+      ? store.finish(key, claimId, { kind: 'unknown', reason: after }, this.#cfg.ttl, Date.now())
+      : store.release(key, claimId)
     const log = this.#log
     const { ttl, maxResponseBytes, releaseStatuses } = this.#cfg
     const name = this.#route.name
@@ -118,7 +124,7 @@ export class Records {
         try {
           if (releaseStatuses.has(res.status)) { // idempotency.releaseStatuses (default RELEASE_STATUSES)
             this.count(f, 'released')
-            await store.release(key, claimId)
+            await giveBack()
           } else if (res.body === undefined) {
             this.count(f, 'not_stored')
             await store.finish(key, claimId, { kind: 'not_stored', status: res.status }, ttl, Date.now())
@@ -137,7 +143,7 @@ export class Records {
         try {
           if (!failure.sent) {
             this.count(f, 'released')
-            await store.release(key, claimId)
+            await giveBack()
           } else {
             await store.finish(key, claimId, { kind: 'unknown', reason: failure.reason }, ttl, Date.now())
           }

@@ -6,13 +6,13 @@
  */
 import type { IncomingMessage } from 'node:http'
 import type { CompiledRoute } from '../route.js'
-import { sha256hex } from '../route.js'
 import type { TemplateSource } from '../config/template.js'
 import type { RecordKey } from '../store/types.js'
 import { Problem } from '../problems.js'
 import { readBody } from '../body.js'
 import { parseIdempotencyKey } from './key.js'
 import { fingerprint } from './fingerprint.js'
+import { recordKeyOf } from './record-key.js'
 
 /** A claim to make: the record's key, the body read, its fingerprint and the key hash. */
 export interface ClaimInput {
@@ -25,9 +25,6 @@ export interface ClaimInput {
 
 /** A request whose key, scope or body is the client's mistake (400, 413). */
 export interface ClaimRefusal { refused: Problem }
-
-/** The attempt log's key hash: hex SHA-256 of the record's scope (itself a hash, or "") and key. */
-export const keyHashOf = (scope: string, key: string): string => sha256hex(`${scope}\n${key}`)
 
 /**
  * @returns undefined when the request makes no claim (a method the route does not record, or
@@ -48,7 +45,7 @@ export function claimReader(route: CompiledRoute): (incoming: IncomingMessage, s
     if (raw === undefined) return i.required ? required : undefined
     const key = parseIdempotencyKey(Array.isArray(raw) ? raw.join(', ') : raw)
     if (key === undefined) return malformed
-    let scope = ''
+    let scope: string | undefined // the filled scope template; undefined: the route has none
     if (!i.scopeIsRoute) {
       const filled = i.scope(src())
       // missing: hashing "" would put every such request in one shared key space; ambiguous:
@@ -58,7 +55,7 @@ export function claimReader(route: CompiledRoute): (incoming: IncomingMessage, s
           ? `This route scopes idempotency keys by "${cfg.scope}", which this request does not carry: ${filled.detail}.`
           : `This route scopes idempotency keys by "${cfg.scope}", which this request gives ambiguously: ${filled.detail}. Nothing was forwarded.`) }
       }
-      scope = sha256hex(filled)
+      scope = filled
     }
     let body: Buffer
     try {
@@ -67,11 +64,12 @@ export function claimReader(route: CompiledRoute): (incoming: IncomingMessage, s
       if (e instanceof Problem) return { refused: e }
       throw e // the client left mid-body: handled where the request's end is
     }
+    const { recordKey, keyHash } = recordKeyOf(route.name, scope, key)
     return {
-      recordKey: { route: route.name, scope, key },
+      recordKey,
       body,
       fingerprint: fingerprint(incoming.method!, incoming.url!, incoming.headers['content-type'], body),
-      keyHash: keyHashOf(scope, key),
+      keyHash,
     }
   }
 }

@@ -16,8 +16,10 @@
  * after a start stays invisible to increase().
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
-import type { RouteConfig } from '../config/schema.js'
-import type { StoreKind } from '../store/types.js'
+import type { Config, RouteConfig } from '../config/schema.js'
+
+/** The `store` label: the configured store kind (contract §2). */
+type StoreKind = Config['store']['kind']
 import { PROBLEMS, type ProblemName } from '../problems.js'
 import { traceExemplar, tracingOn } from './tracing.js'
 

@@ -2,7 +2,8 @@
 // check the promise against the config.
 import { describe, expect, test } from 'vitest'
 import { parseConfig } from '../../src/config/load.js'
-import { claimFor, formatDuration, formatSize } from '../../src/audit/guarantees.js'
+import { claimFor } from '../../src/audit/guarantees.js'
+import { formatDuration, formatSize } from '../../src/config/units.js'
 
 const config = (store: string, routeExtra: string) => parseConfig(`store:
 ${store}

@@ -5,7 +5,7 @@ import { describe, expect, test } from 'vitest'
 import { parseFencingToken, MAX_TOKEN } from '../../src/fencing/token.js'
 import { parseIdempotencyKey } from '../../src/idempotency/key.js'
 import { fingerprint } from '../../src/idempotency/fingerprint.js'
-import { keyHashOf } from '../../src/idempotency/read.js'
+import { keyHashOf } from '../../src/idempotency/record-key.js'
 import { compileTemplate, pathParams } from '../../src/config/template.js'
 import { parseDuration, parseSize } from '../../src/config/units.js'
 
