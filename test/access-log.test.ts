@@ -1,32 +1,21 @@
 // Request ids and the access log (contract §5, issue: the audit loop in production): an id per
 // request, echoed, forwarded, in problems and in the attempt log; one access line per decision.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
-import { startUpstream, headerValues, type Upstream } from './helpers/upstream.js'
-import { post, send } from './helpers/http.js'
+import { describe, expect, test } from 'vitest'
+import { startTestGateway, withGateway, type RouteSpec, type TestGateway } from './helpers/gateway.js'
+import { startUpstream, headerValues } from './helpers/upstream.js'
+import { expectProblem, post, send } from './helpers/http.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const lines = (gw: TestGateway) => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>)
 const accessLines = (gw: TestGateway) => lines(gw).filter((l) => l.msg === 'request')
 
-const guarded = `    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-      scope: "{header.Authorization}"
-`
-
 describe('request ids and the access log (log.access: decisions, the default)', () => {
-  let up: Upstream
-  let gw: TestGateway
-  beforeAll(async () => {
-    up = await startUpstream()
-    gw = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('pay', '/accounts/:account/*', up.url, guarded)}${route('plain', '/plain/*', up.url)}`)
-  })
-  afterAll(async () => { await gw?.close(); await up?.close() })
+  const { up, gw } = withGateway((up) => ({
+    routes: [
+      { name: 'pay', path: '/accounts/:account/*', upstream: up.url, fencing: { resource: 'account:{param.account}' }, idempotency: { required: true, scope: '{header.Authorization}' } },
+      { name: 'plain', path: '/plain/*', upstream: up.url },
+    ],
+  }))
 
   const secret = { authorization: 'Bearer sk_live_secret', cookie: 'session=cookie-secret' }
 
@@ -46,14 +35,12 @@ ${route('pay', '/accounts/:account/*', up.url, guarded)}${route('plain', '/plain
 
   test('every problem carries the id as instance and a Stripe-style error member', async () => {
     const r = await post(`${gw.url}/accounts/a1/charges`, {}, { 'x-request-id': 'req-missing-token', 'idempotency-key': 'k0', ...secret })
-    expect(r.status).toBe(428)
-    expect(r.headers['x-request-id']).toBe('req-missing-token')
-    expect(r.json()).toMatchObject({
-      type: 'urn:fencegate:problem:fencing-token-required', status: 428, instance: 'req-missing-token',
-      error: { type: 'invalid_request_error', code: 'fencing-token-required', message: expect.any(String) },
+    expectProblem(r, {
+      status: 428, type: 'fencing-token-required', instance: 'req-missing-token',
+      headers: { 'x-request-id': 'req-missing-token' }, members: { error: { type: 'invalid_request_error' } },
     })
     const nf = await send(`${gw.url}/nowhere`, { headers: { 'x-request-id': 'req-404' } })
-    expect(nf.json()).toMatchObject({ status: 404, instance: 'req-404', error: { code: 'no-route' } })
+    expectProblem(nf, { status: 404, type: 'no-route', instance: 'req-404' })
   })
 
   test('a replay echoes the replaying request\'s id, not the first one\'s', async () => {
@@ -94,13 +81,8 @@ ${route('pay', '/accounts/:account/*', up.url, guarded)}${route('plain', '/plain
 
 test('log.access: all writes a line for every request; off writes none; the request id header is configurable', async () => {
   const up = await startUpstream()
-  const mk = (access: string) => startTestGateway(`store:
-  kind: memory
-log:
-  access: ${access}
-  requestIdHeader: X-Correlation-Id
-routes:
-${route('plain', '/plain/*', up.url)}`)
+  const routes: RouteSpec[] = [{ name: 'plain', path: '/plain/*', upstream: up.url }]
+  const mk = (access: 'all' | 'off') => startTestGateway({ log: { access, requestIdHeader: 'X-Correlation-Id' }, routes })
   const all = await mk('all')
   const off = await mk('off')
   try {

@@ -5,25 +5,17 @@ import { spawnSync } from 'node:child_process'
 import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
-import { CLI, startTestGateway, tempDir, type TestGateway } from './helpers/gateway.js'
-import { send } from './helpers/http.js'
+import { CLI, gatewayConfig, startTestGateway, tempDir, type ConfigInput, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { expectProblem, send } from './helpers/http.js'
 
 const cleanups: (() => Promise<void> | void)[] = []
 afterEach(async () => { for (const c of cleanups.splice(0).reverse()) await c() })
 
-const ROUTES = `routes:
-  - name: ledger
-    match:
-      path: /ledger/:res
-    upstream:
-      url: http://127.0.0.1:9
-    fencing:
-      resource: "{param.res}"
-    idempotency: {}
-`
+// nothing is forwarded in these tests: nobody listens on the upstream's port
+const routes: RouteSpec[] = [{ name: 'ledger', path: '/ledger/:res', upstream: 'http://127.0.0.1:9', fencing: { resource: '{param.res}' }, idempotency: {} }]
 
-async function gateway(admin: string, store = '  kind: memory'): Promise<TestGateway> {
-  const gw = await startTestGateway(`admin:\n${admin}\nstore:\n${store}\n${ROUTES}`)
+async function gateway(admin: ConfigInput['admin'], store: StoreInput = { kind: 'memory' }): Promise<TestGateway> {
+  const gw = await startTestGateway({ admin, store, routes })
   cleanups.push(() => gw.close())
   return gw
 }
@@ -33,15 +25,14 @@ const resolveBody = JSON.stringify({ route: 'ledger', key: 'k-1', as: 'failed', 
 
 describe('admin write actions', () => {
   test('without admin.writeToken: 403 problem pointing at the CLI, whatever token is sent', async () => {
-    const gw = await gateway('  listen: 127.0.0.1:0\n  token: read-secret')
-    for (const headers of [{}, { authorization: 'Bearer read-secret' }, { authorization: 'Bearer anything' }]) {
+    const gw = await gateway({ token: 'read-secret' })
+    for (const headers of [{}, { authorization: 'Bearer read-secret' }, { authorization: 'Bearer anything' }] as Record<string, string>[]) {
       for (const [path, body] of [['/resolve', resolveBody], ['/store/accept-loss', '{}']] as const) {
         const r = await send(`${gw.adminUrl}${path}`, { method: 'POST', headers: { ...json, ...headers }, body })
-        expect(r.status, `${path} ${JSON.stringify(headers)}`).toBe(403)
-        expect(r.headers['content-type']).toMatch(/^application\/problem\+json/)
-        expect(r.json()).toMatchObject({ type: 'urn:fencegate:problem:forbidden', status: 403, error: { type: 'invalid_request_error', code: 'forbidden' } })
-        expect(r.json().detail).toContain('admin.writeToken is not set')
-        expect(r.json().detail).toContain('fencegate store accept-loss')
+        expectProblem(r, {
+          status: 403, type: 'forbidden', message: `${path} ${JSON.stringify(headers)}`,
+          detail: ['admin.writeToken is not set', 'fencegate store accept-loss'], members: { error: { type: 'invalid_request_error' } },
+        })
       }
     }
     // reads still work with the read token
@@ -49,15 +40,13 @@ describe('admin write actions', () => {
   })
 
   test('with admin.writeToken: 401 without it, 403 with the read token, done with it; who and why in the attempt log', async () => {
-    const gw = await gateway('  listen: 127.0.0.1:0\n  token: read-secret\n  writeToken: write-secret')
+    const gw = await gateway({ token: 'read-secret', writeToken: 'write-secret' })
     const none = await send(`${gw.adminUrl}/store/accept-loss`, { method: 'POST', headers: json, body: '{}' })
-    expect(none.status).toBe(401)
-    expect(String(none.headers['www-authenticate'])).toMatch(/^Bearer/)
+    expectProblem(none, { status: 401, type: 'unauthorized', headers: { 'www-authenticate': /^Bearer/ } })
     const wrong = await send(`${gw.adminUrl}/store/accept-loss`, { method: 'POST', headers: { ...json, authorization: 'Bearer nope' }, body: '{}' })
     expect(wrong.status).toBe(401)
     const read = await send(`${gw.adminUrl}/store/accept-loss`, { method: 'POST', headers: { ...json, authorization: 'Bearer read-secret' }, body: '{}' })
-    expect(read.status).toBe(403)
-    expect(String(read.headers['www-authenticate'])).toContain('insufficient_scope')
+    expectProblem(read, { status: 403, type: 'forbidden', headers: { 'www-authenticate': /insufficient_scope/ } })
     // the write token does not open the read endpoints: each token does its own
     expect((await send(`${gw.adminUrl}/metrics`, { headers: { authorization: 'Bearer write-secret' } })).status).toBe(401)
 
@@ -66,7 +55,7 @@ describe('admin write actions', () => {
     expect(ok.json().epoch).toEqual(expect.any(String))
     // a resolve reaches the record lookup (404: the key was never used)
     const resolve = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...json, authorization: 'Bearer write-secret' }, body: resolveBody })
-    expect(resolve.status).toBe(404)
+    expectProblem(resolve, { status: 404, type: 'record-not-found' })
 
     await gw.audit.flush()
     const report = (await send(`${gw.adminUrl}/audit`, { headers: { authorization: 'Bearer read-secret' } })).json()
@@ -79,7 +68,7 @@ describe('admin write actions', () => {
     const dir = tempDir('fg-write-')
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
     const file = join(dir, 'fencegate.yaml')
-    writeFileSync(file, `listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nstore:\n  kind: sqlite\n  path: ./fg.db\n${ROUTES}`)
+    writeFileSync(file, gatewayConfig({ store: { kind: 'sqlite', path: './fg.db' }, routes }))
     const accept = spawnSync(process.execPath, [CLI, 'store', 'accept-loss', '--config', file, '--reason', 'replaced the disk'], { encoding: 'utf8' })
     expect(accept.stderr).toBe('')
     expect(accept.status).toBe(0)
@@ -94,11 +83,11 @@ describe('admin write actions', () => {
 
 describe('an admin listener beyond loopback', () => {
   test('without admin.token: a warning at start; with it, or on loopback: none', async () => {
-    const open = await gateway('  listen: 0.0.0.0:0')
+    const open = await gateway({ listen: '0.0.0.0:0' })
     expect(open.logs.join('')).toContain('is reachable beyond this host and admin.token is not set')
-    const guarded = await gateway('  listen: 0.0.0.0:0\n  token: s3cret')
+    const guarded = await gateway({ listen: '0.0.0.0:0', token: 's3cret' })
     expect(guarded.logs.join('')).not.toContain('admin.token is not set')
-    const local = await gateway('  listen: 127.0.0.1:0')
+    const local = await gateway({ listen: '127.0.0.1:0' })
     expect(local.logs.join('')).not.toContain('admin.token is not set')
   })
 })

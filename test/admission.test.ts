@@ -2,11 +2,11 @@
 // high-water mark — a request refused for its own mistake never raises it, whatever the cause,
 // but is still answered 412 first when its token is stale.
 import net from 'node:net'
-import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
-import { startUpstream, type Upstream } from './helpers/upstream.js'
+import { describe, expect, test } from 'vitest'
+import { gatewayConfig, startTestGateway, withGateway } from './helpers/gateway.js'
 import http from 'node:http'
-import { metric, metrics, post } from './helpers/http.js'
+import { expectProblem, metric, metrics, post, type Reply } from './helpers/http.js'
+import { sleep, until } from './helpers/wait.js'
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createAdaptorServer } from '@hono/node-server'
@@ -16,24 +16,13 @@ import { createMetrics } from '../src/telemetry/metrics.js'
 import { createLogger } from '../src/log.js'
 import { MemoryStore } from '../src/store/memory.js'
 
-const P = 'urn:fencegate:problem:'
-
-let up: Upstream
-let gw: TestGateway
-beforeAll(async () => {
-  up = await startUpstream()
-  gw = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('pay', '/accounts/:account/*', up.url, `    maxRequestBytes: 64
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-      scope: "{header.X-Tenant}"
-`)}`)
-})
-afterAll(async () => { await gw?.close(); await up?.close() })
+const { up, gw } = withGateway((up) => ({
+  routes: [{
+    name: 'pay', path: '/accounts/:account/*', upstream: up.url, maxRequestBytes: 64,
+    fencing: { resource: 'account:{param.account}' },
+    idempotency: { required: true, scope: '{header.X-Tenant}' },
+  }],
+}))
 
 const ok = { 'x-tenant': 't1', 'idempotency-key': 'k' }
 
@@ -51,12 +40,13 @@ function chunked(path: string, headers: Record<string, string>, size: number): P
   })
 }
 
-// every way a well-tokened request can be the client's own mistake after fencing's headers
-const causes: [string, (acct: string, token: string) => Promise<{ status: number; type?: string }>][] = [
-  ['a malformed key', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, {}, { ...ok, 'idempotency-key': '', 'fencing-token': t }); return { status: r.status, type: r.json().type } }],
-  ['no key where one is required', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, {}, { 'x-tenant': 't1', 'fencing-token': t }); return { status: r.status, type: r.json().type } }],
-  ['a missing scope', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, {}, { 'idempotency-key': 'k', 'fencing-token': t }); return { status: r.status, type: r.json().type } }],
-  ['a declared body over the limit', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, 'x'.repeat(100), { ...ok, 'fencing-token': t }); return { status: r.status, type: r.json().type } }],
+// every way a well-tokened request can be the client's own mistake after fencing's headers;
+// each gives the status, and the whole reply when a client library could read one
+const causes: [string, (acct: string, token: string) => Promise<{ status: number; reply?: Reply }>][] = [
+  ['a malformed key', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, {}, { ...ok, 'idempotency-key': '', 'fencing-token': t }); return { status: r.status, reply: r } }],
+  ['no key where one is required', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, {}, { 'x-tenant': 't1', 'fencing-token': t }); return { status: r.status, reply: r } }],
+  ['a missing scope', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, {}, { 'idempotency-key': 'k', 'fencing-token': t }); return { status: r.status, reply: r } }],
+  ['a declared body over the limit', async (a, t) => { const r = await post(`${gw.url}/accounts/${a}/c`, 'x'.repeat(100), { ...ok, 'fencing-token': t }); return { status: r.status, reply: r } }],
   ['a chunked body over the limit', async (a, t) => ({ status: await chunked(`/accounts/${a}/c`, { ...ok, 'fencing-token': t }, 100) })],
 ]
 
@@ -74,7 +64,7 @@ describe('a refused request never raises the high-water mark; a stale one is ans
       // the same mistake with a stale token (5 < 10): 412 first, and the mark stays 10
       const stale = await send1(acct, '5')
       expect(stale.status).toBe(412)
-      if (stale.type) expect(stale.type).toBe(`${P}stale-fencing-token`)
+      if (stale.reply) expectProblem(stale.reply, { status: 412, type: 'stale-fencing-token' })
       expect((await post(`${gw.url}/accounts/${acct}/c`, { n: 2 }, { ...ok, 'idempotency-key': `${acct}-10b`, 'fencing-token': '10' })).status).toBe(201)
       expect(up.count(`/accounts/${acct}/`)).toBe(before + 2)
     })
@@ -82,8 +72,7 @@ describe('a refused request never raises the high-water mark; a stale one is ans
 
   test('fencing\'s own refusals come before everything, and change nothing', async () => {
     const r = await post(`${gw.url}/accounts/own/c`, 'x'.repeat(100), { 'fencing-token': '07', 'idempotency-key': '' })
-    expect(r.status).toBe(400)
-    expect(r.json().type).toBe(`${P}fencing-token-malformed`)
+    expectProblem(r, { status: 400, type: 'fencing-token-malformed' })
     expect((await post(`${gw.url}/accounts/own/c`, {}, { 'idempotency-key': '' })).status).toBe(428)
   })
 
@@ -100,7 +89,7 @@ test('a bug on the request path is the gateway\'s 500 problem with the request i
   // a store that answers with nonsense: admission trips over it (a TypeError, not a StoreError)
   const store = new MemoryStore()
   const broken = Object.assign(Object.create(store) as MemoryStore, { admit: async () => ({}) as never })
-  const config = parseConfig(`store:\n  kind: memory\nroutes:\n${route('pay', '/accounts/:account/*', up.url, '    fencing:\n      resource: "a:{param.account}"\n    idempotency: {}\n')}`, '/tmp/x.yaml')
+  const config = parseConfig(gatewayConfig({ routes: [{ name: 'pay', path: '/accounts/:account/*', upstream: up.url, fencing: { resource: 'a:{param.account}' }, idempotency: {} }] }), '/tmp/x.yaml')
   const logs: string[] = []
   const log = createLogger({ write: (l: string) => { logs.push(l); return true } } as unknown as NodeJS.WritableStream)
   const { app, pools } = createGateway(config, broken, createMetrics('test'), log)
@@ -109,8 +98,7 @@ test('a bug on the request path is the gateway\'s 500 problem with the request i
   try {
     const before = up.count('/accounts/bug/')
     const r = await post(`http://127.0.0.1:${(server.address() as AddressInfo).port}/accounts/bug/c`, {}, { 'fencing-token': '1', 'idempotency-key': 'k', 'x-request-id': 'req-bug' })
-    expect(r.status).toBe(500)
-    expect(r.json()).toMatchObject({ type: `${P}gateway-error`, instance: 'req-bug', error: { type: 'api_error' } })
+    expectProblem(r, { status: 500, type: 'gateway-error', instance: 'req-bug', members: { error: { type: 'api_error' } } })
     expect(up.count('/accounts/bug/')).toBe(before)
     expect(logs.some((l) => l.includes('unexpected error on the request path') && l.includes('req-bug'))).toBe(true)
   } finally {
@@ -135,24 +123,20 @@ test('inFlight: wait — a request that waited for its key is checked again: a n
     })
   })
   await new Promise<void>((r) => slow.listen(0, '127.0.0.1', r))
-  const gw2 = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('w', '/w/:account/*', `http://127.0.0.1:${(slow.address() as AddressInfo).port}`, `    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      inFlight: wait
-`)}`)
+  const gw2 = await startTestGateway({
+    routes: [{
+      name: 'w', path: '/w/:account/*', upstream: `http://127.0.0.1:${(slow.address() as AddressInfo).port}`,
+      fencing: { resource: 'account:{param.account}' }, idempotency: { inFlight: 'wait' },
+    }],
+  })
   try {
     const a = post(`${gw2.url}/w/acct/k`, { n: 1 }, { 'fencing-token': '5', 'idempotency-key': 'K' })
-    await new Promise((r) => setTimeout(r, 50))
+    await sleep(50)
     const b = post(`${gw2.url}/w/acct/k`, { n: 1 }, { 'fencing-token': '5', 'idempotency-key': 'K' }) // waits for K
-    await new Promise((r) => setTimeout(r, 50))
+    await sleep(50)
     expect((await post(`${gw2.url}/w/acct/other`, { n: 2 }, { 'fencing-token': '6', 'idempotency-key': 'L' })).status).toBe(201)
     expect((await a).status).toBe(503) // released: K is free again while B waits
-    const late = await b
-    expect(late.status).toBe(412)
-    expect(late.json().highestToken).toBe('6')
+    expectProblem(await b, { status: 412, type: 'stale-fencing-token', members: { highestToken: '6' } })
     expect(seen).toEqual(['5 /w/acct/k', '6 /w/acct/other']) // token 5 never reached the upstream after 6
   } finally {
     await gw2.close()
@@ -168,15 +152,12 @@ test('a client that leaves while its request is queued for an upstream connectio
     req.on('end', () => setTimeout(() => { res.writeHead(201); res.end('{}') }, req.url === '/q/hold' ? 1500 : 0))
   })
   await new Promise<void>((r) => hold.listen(0, '127.0.0.1', r))
-  const gw3 = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('q', '/q/*', `http://127.0.0.1:${(hold.address() as AddressInfo).port}`, `    idempotency:
-      required: true
-`).replace('      timeout: 2s\n', '      timeout: 2s\n      connections: 1\n')}`)
+  const gw3 = await startTestGateway({
+    routes: [{ name: 'q', path: '/q/*', upstream: { url: `http://127.0.0.1:${(hold.address() as AddressInfo).port}`, connections: 1 }, idempotency: { required: true } }],
+  })
   try {
     const first = post(`${gw3.url}/q/hold`, {}, { 'idempotency-key': 'h' })
-    await new Promise((r) => setTimeout(r, 100))
+    await sleep(100)
     const released = () => metrics(gw3.adminUrl).then((m) => metric(m, 'fencegate_idempotency_total', { route: 'q', result: 'released' }))
     const before = await released()
     // a raw client that sends its request and leaves while it waits in the pool's queue
@@ -188,7 +169,7 @@ ${route('q', '/q/*', `http://127.0.0.1:${(hold.address() as AddressInfo).port}`,
     })
     // the claim is given back now, not when the held connection frees up 1.5 s later
     const t0 = Date.now()
-    while ((await released()) === before && Date.now() - t0 < 1000) await new Promise((r) => setTimeout(r, 20))
+    await until(async () => (await released()) !== before, { timeoutMs: 1000, message: 'the queued request\'s claim to be released' })
     expect(await released()).toBe(before + 1)
     expect(Date.now() - t0).toBeLessThan(1000)
     expect((await first).status).toBe(201)

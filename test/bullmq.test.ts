@@ -20,22 +20,13 @@ import { gatewayConfig, runBullmqExample } from '../examples/bullmq/run.js'
 import { createChargeWorker, type ChargeJobData, type ChargeReply } from '../examples/bullmq/worker.js'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { metric, metrics, send } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const viteNode = fileURLToPath(new URL('../node_modules/vite-node/vite-node.mjs', import.meta.url))
 const blockedWorker = fileURLToPath(new URL('../examples/bullmq/blocked-worker.ts', import.meta.url))
 
 const staleRejections = async (adminUrl: string) => metric(await metrics(adminUrl), 'fencegate_fencing_rejections_total', { route: 'payments', reason: 'stale' })
-
-async function until<T>(what: string, ms: number, check: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const v = await check()
-    if (v !== undefined) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 25))
-  }
-}
 
 describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as the key', () => {
   let payments: Awaited<ReturnType<typeof startPayments>>
@@ -115,10 +106,10 @@ describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as t
       const jobId = `charge-${randomUUID()}`
       const account = `acct-${randomUUID().slice(0, 8)}`
       await queue.add('charge', { account, amount: 990, currency: 'eur' }, { jobId, attempts: 3, backoff: { type: 'fixed', delay: 100 } })
-      const job = await until('the retried job to complete', 20_000, async () => {
+      const job = await until(async () => {
         const j = await queue.getJob(jobId)
         return j && (await j.isCompleted()) ? j : undefined
-      })
+      }, { timeoutMs: 20_000, intervalMs: 25, message: 'the retried job to complete' })
       expect(job.attemptsStarted).toBe(2)
       expect(job.attemptsMade).toBe(2)
       expect(replies.map((x) => [x.token, x.status, x.replayed])).toEqual([[1, 201, false], [2, 201, true]])

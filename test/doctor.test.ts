@@ -8,15 +8,15 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import { parseConfig } from '../src/config/load.js'
 import { inspectStore, claimSentences, filesystemOf } from '../src/store/doctor.js'
 import { SqliteStore } from '../src/store/sqlite/index.js'
 import { startLocalCluster, startLocalReplicated, type LocalCluster, type LocalReplicated } from '../scripts/redis-cluster.js'
-import { CLI, freePort, startTestGateway, route } from './helpers/gateway.js'
+import { CLI, freePort, gatewayConfig, startTestGateway, type RouteSpec, type StoreInput } from './helpers/gateway.js'
 import { send } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const dir = mkdtempSync(join(tmpdir(), 'fg-doctor-'))
@@ -27,16 +27,15 @@ let port = 0
 beforeAll(async () => {
   port = await freePort()
   redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--maxmemory-policy', 'allkeys-lru', '--dir', dir, '--daemonize', 'no'], { stdio: 'ignore' })
-  const deadline = Date.now() + 10_000
-  for (;;) {
+  const state = await until(async () => {
+    if (redis.exitCode !== null) return 'exited'
     const c = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
     c.on('error', () => {})
     const up = await c.connect().then(() => c.ping()).then((p) => p === 'PONG', () => false)
     c.disconnect()
-    if (up) break
-    if (Date.now() > deadline || redis.exitCode !== null) throw new Error(`redis-server did not start (exit ${redis.exitCode})`)
-    await sleep(50)
-  }
+    return up && 'up'
+  }, { timeoutMs: 10_000, intervalMs: 50, message: 'redis-server to answer PING' })
+  if (state === 'exited') throw new Error(`redis-server did not start (exit ${redis.exitCode})`)
 }, 20_000)
 afterAll(async () => {
   if (redis && redis.exitCode === null) {
@@ -47,20 +46,23 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-const storeOf = (yaml: string) => parseConfig(`store:\n${yaml}\nroutes:\n  - name: pay\n    match: { path: "/pay/:a/*" }\n    upstream: { url: "http://127.0.0.1:9" }\n`, join(dir, 'x.yaml')).store
+/** one fenced, idempotent route; nothing is forwarded in these tests */
+const PAY: RouteSpec = { name: 'pay', path: '/pay/:a/*', upstream: 'http://127.0.0.1:9', fencing: { resource: 'acct:{param.a}' }, idempotency: {} }
+/** The store config as the gateway reads it (validated, defaults filled in). */
+const storeOf = (store: StoreInput) => parseConfig(gatewayConfig({ store, routes: [PAY] }), join(dir, 'x.yaml')).store
 const find = (r: Awaited<ReturnType<typeof inspectStore>>, id: string) => r.findings.find((f) => f.id === id)!
 
-/** Writes a config for the CLI: one fenced, idempotent route. */
-function configFile(name: string, store: string): string {
+/** Writes a config for the CLI. */
+function configFile(name: string, store: StoreInput): string {
   const path = join(dir, `${name}.yaml`)
-  writeFileSync(path, `listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\nstore:\n${store}\nroutes:\n${route('pay', '/pay/:a/*', 'http://127.0.0.1:9', '    fencing:\n      resource: "acct:{param.a}"\n    idempotency: {}\n')}`)
+  writeFileSync(path, gatewayConfig({ store, routes: [PAY] }))
   return path
 }
 const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000, env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
 
 describe('redis without persistence and with an evicting policy', () => {
   test('inspectStore names every risk: no persistence (restart forgets every mark), the evicting policy (blocking), and the lone master is ok', async () => {
-    const r = await inspectStore(storeOf(`  kind: redis\n  url: redis://127.0.0.1:${port}`))
+    const r = await inspectStore(storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}` }))
     expect(r.store).toBe('redis')
     expect(find(r, 'persistence')).toMatchObject({
       status: 'risk', setting: 'appendonly no, save ""',
@@ -72,13 +74,13 @@ describe('redis without persistence and with an evicting policy', () => {
     expect(find(r, 'replication')).toMatchObject({ status: 'ok', setting: 'role master, no replicas' })
     expect(r.refused.map((f) => f.id)).toEqual(['maxmemory-policy'])
     // accepted: still a risk, no longer refused
-    const accepted = await inspectStore(storeOf(`  kind: redis\n  url: redis://127.0.0.1:${port}\n  acceptRisks: [maxmemory-policy]`))
+    const accepted = await inspectStore(storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['maxmemory-policy'] }))
     expect(accepted.refused).toEqual([])
     expect(find(accepted, 'maxmemory-policy').status).toBe('risk')
   })
 
   test('fencegate doctor prints each finding with its consequence and exits 1 (the gateway would not start); --json is the same report', () => {
-    const file = configFile('evicting', `  kind: redis\n  url: redis://127.0.0.1:${port}`)
+    const file = configFile('evicting', { kind: 'redis', url: `redis://127.0.0.1:${port}` })
     const text = cli('doctor', '--config', file)
     expect(text.status, text.stderr).toBe(1)
     expect(text.stdout).toMatch(/RISK +maxmemory-policy: maxmemory-policy allkeys-lru/)
@@ -94,12 +96,12 @@ describe('redis without persistence and with an evicting policy', () => {
   })
 
   test('start-up is refused (exit 2, naming store.acceptRisks); with acceptRisks the gateway starts and logs one line naming the risks', async () => {
-    const refused = cli('--config', configFile('start-refused', `  kind: redis\n  url: redis://127.0.0.1:${port}`))
+    const refused = cli('--config', configFile('start-refused', { kind: 'redis', url: `redis://127.0.0.1:${port}` }))
     expect(refused.status).toBe(2)
     expect(refused.stderr).toMatch(/store: the redis store's own settings break a guarantee outright, so the gateway does not start: maxmemory-policy allkeys-lru/)
     expect(refused.stderr).toContain('store.acceptRisks: [maxmemory-policy]')
 
-    const gw = await startTestGateway(`store:\n  kind: redis\n  url: redis://127.0.0.1:${port}\n  keyPrefix: doctor-${port}\n  acceptRisks: [maxmemory-policy]\nroutes:\n${route('pay', '/pay/:a/*', 'http://127.0.0.1:9', '    fencing:\n      resource: "acct:{param.a}"\n    idempotency: {}\n')}`)
+    const gw = await startTestGateway({ store: { kind: 'redis', url: `redis://127.0.0.1:${port}`, keyPrefix: `doctor-${port}`, acceptRisks: ['maxmemory-policy'] }, routes: [PAY] })
     try {
       const lines = gw.logs.map((l) => JSON.parse(l)).filter((l) => String(l.msg).startsWith('store settings'))
       expect(lines).toHaveLength(1)
@@ -118,7 +120,7 @@ describe('redis without persistence and with an evicting policy', () => {
   })
 
   test('fencegate audit (CLI, on the store) puts the findings in claim.assumptions', () => {
-    const file = configFile('audit', `  kind: redis\n  url: redis://127.0.0.1:${port}\n  keyPrefix: doctor-audit-${port}\n  acceptRisks: [maxmemory-policy]`)
+    const file = configFile('audit', { kind: 'redis', url: `redis://127.0.0.1:${port}`, keyPrefix: `doctor-audit-${port}`, acceptRisks: ['maxmemory-policy'] })
     const r = cli('audit', '--config', file, '--json')
     expect(r.status, r.stderr).toBe(0)
     const assumptions: string[] = JSON.parse(r.stdout).routes[0].claim.assumptions
@@ -130,7 +132,7 @@ describe('redis without persistence and with an evicting policy', () => {
     await c.connect()
     try {
       await c.config('SET', 'maxmemory-policy', 'noeviction')
-      const r = await inspectStore(storeOf(`  kind: redis\n  url: redis://127.0.0.1:${port}`))
+      const r = await inspectStore(storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}` }))
       expect(find(r, 'maxmemory-policy')).toMatchObject({ status: 'ok' })
       expect(find(r, 'maxmemory-policy').consequence).toMatch(/never forgets/)
       expect(r.refused).toEqual([])
@@ -148,12 +150,12 @@ describe('redis with a replica, and a cluster', () => {
 
   test('a primary with an asynchronous replica and store.replicas 0 is a risk; with store.replicas 1 ok; more than connected fails closed; the replica itself refuses writes', async () => {
     const url = repl.url
-    const risky = await inspectStore(storeOf(`  kind: redis\n  url: ${url}`))
+    const risky = await inspectStore(storeOf({ kind: 'redis', url }))
     expect(find(risky, 'replication')).toMatchObject({ status: 'risk', setting: 'role master, 1 replica connected, store.replicas 0' })
     expect(find(risky, 'replication').consequence).toMatch(/failover to a replica can lose the last writes/)
-    expect(find(await inspectStore(storeOf(`  kind: redis\n  url: ${url}\n  replicas: 1`)), 'replication')).toMatchObject({ status: 'ok' })
-    expect(find(await inspectStore(storeOf(`  kind: redis\n  url: ${url}\n  replicas: 2`)), 'replication').consequence).toMatch(/only 1 replica is connected: every write the gateway relies on fails closed/)
-    const onReplica = await inspectStore(storeOf(`  kind: redis\n  url: redis://127.0.0.1:${repl.replicas[0].port}`))
+    expect(find(await inspectStore(storeOf({ kind: 'redis', url, replicas: 1 })), 'replication')).toMatchObject({ status: 'ok' })
+    expect(find(await inspectStore(storeOf({ kind: 'redis', url, replicas: 2 })), 'replication').consequence).toMatch(/only 1 replica is connected: every write the gateway relies on fails closed/)
+    const onReplica = await inspectStore(storeOf({ kind: 'redis', url: `redis://127.0.0.1:${repl.replicas[0].port}` }))
     expect(find(onReplica, 'replication')).toMatchObject({ status: 'risk' })
     expect(find(onReplica, 'replication').setting).toMatch(/^role replica of 127\.0\.0\.1:\d+$/)
   })
@@ -162,7 +164,7 @@ describe('redis with a replica, and a cluster', () => {
     let c: LocalCluster | undefined
     try {
       c = await startLocalCluster({ masters: 3, replicasPerMaster: 0 })
-      const r = await inspectStore(storeOf(`  kind: redis\n  cluster: true\n  url: ${c.url}`))
+      const r = await inspectStore(storeOf({ kind: 'redis', cluster: true, url: c.url }))
       expect(find(r, 'cluster')).toMatchObject({ status: 'ok', setting: 'Redis Cluster, 3 masters, cluster_state ok' })
       expect(find(r, 'cluster').nodes).toHaveLength(3)
       expect(find(r, 'persistence')).toMatchObject({ status: 'risk', setting: 'appendonly no, save ""' })
@@ -176,7 +178,7 @@ describe('redis with a replica, and a cluster', () => {
 
 describe('postgres and sqlite', () => {
   test('postgres: a primary with synchronous_commit on, fsync on, no standby: every finding ok', async () => {
-    const r = await inspectStore(storeOf(`  kind: postgres\n  url: ${PG_URL}`))
+    const r = await inspectStore(storeOf({ kind: 'postgres', url: PG_URL }))
     expect(r.findings.map((f) => f.id).sort()).toEqual(['fsync', 'recovery', 'standbys', 'synchronous_commit'])
     expect(find(r, 'recovery')).toMatchObject({ status: 'ok', setting: 'pg_is_in_recovery() false' })
     expect(find(r, 'fsync').status).toBe('ok')
@@ -185,7 +187,7 @@ describe('postgres and sqlite', () => {
   })
 
   test('postgres: synchronous_commit off for the connection (a role or database setting) is a risk', async () => {
-    const r = await inspectStore(storeOf(`  kind: postgres\n  url: ${PG_URL}?options=-c%20synchronous_commit%3Doff`))
+    const r = await inspectStore(storeOf({ kind: 'postgres', url: `${PG_URL}?options=-c%20synchronous_commit%3Doff` }))
     expect(find(r, 'synchronous_commit')).toMatchObject({ status: 'risk', setting: 'synchronous_commit off' })
     expect(find(r, 'synchronous_commit').consequence).toMatch(/answers a commit before it is on disk/)
   })
@@ -194,28 +196,28 @@ describe('postgres and sqlite', () => {
     const path = join(dir, 'fg.db')
     const s = new SqliteStore({ path, synchronous: 'full', reapIntervalMs: 0 })
     try {
-      const r = await inspectStore(storeOf(`  kind: sqlite\n  path: ${path}\n  synchronous: full`), s)
+      const r = await inspectStore(storeOf({ kind: 'sqlite', path, synchronous: 'full' }), s)
       expect(find(r, 'journal_mode')).toMatchObject({ status: 'ok', setting: 'journal_mode wal' })
       expect(find(r, 'synchronous')).toMatchObject({ status: 'ok', setting: 'synchronous full' })
       expect(find(r, 'filesystem').setting).toBe(`file on ${filesystemOf(path).type}${filesystemOf(path).mount ? ` on ${filesystemOf(path).mount}` : ''}`)
     } finally {
       await s.close()
     }
-    const normal = await inspectStore(storeOf(`  kind: sqlite\n  path: ${path}`))
+    const normal = await inspectStore(storeOf({ kind: 'sqlite', path }))
     expect(find(normal, 'synchronous')).toMatchObject({ status: 'risk', setting: 'synchronous normal (as configured; the store was not opened)' })
     expect(find(normal, 'synchronous').consequence).toMatch(/power loss/)
   })
 
   test.runIf(existsSync('/dev/shm') && filesystemOf('/dev/shm/x').type === 'tmpfs')('sqlite: a file on tmpfs is a risk: a reboot forgets every mark, unnoticed', async () => {
-    const r = await inspectStore(storeOf('  kind: sqlite\n  path: /dev/shm/fencegate-doctor-test/fg.db'))
+    const r = await inspectStore(storeOf({ kind: 'sqlite', path: '/dev/shm/fencegate-doctor-test/fg.db' }))
     expect(find(r, 'filesystem')).toMatchObject({ status: 'risk', setting: 'file on tmpfs on /dev/shm' })
     expect(find(r, 'filesystem').consequence).toMatch(/reboot empties it/)
   })
 
   test('memory: not durable, not shared; acceptRisks is refused on another store kind than redis', async () => {
-    const r = await inspectStore(storeOf('  kind: memory'))
+    const r = await inspectStore(storeOf({ kind: 'memory' }))
     expect(r.findings).toEqual([expect.objectContaining({ id: 'durability', status: 'risk' })])
-    expect(() => storeOf('  kind: sqlite\n  acceptRisks: [maxmemory-policy]')).toThrow(/store\.acceptRisks: maxmemory-policy is a Redis setting/)
-    expect(() => storeOf(`  kind: redis\n  url: redis://127.0.0.1:${port}\n  acceptRisks: [persistence]`)).toThrow(/store\.acceptRisks\[0\]: must be one of maxmemory-policy, not "persistence"/)
+    expect(() => storeOf({ kind: 'sqlite', acceptRisks: ['maxmemory-policy'] })).toThrow(/store\.acceptRisks: maxmemory-policy is a Redis setting/)
+    expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['persistence' as 'maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: must be one of maxmemory-policy, not "persistence"/)
   })
 })

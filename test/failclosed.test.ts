@@ -3,8 +3,8 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
-import { post, send, metrics, metric } from './helpers/http.js'
+import { startTestGateway, type TestGateway } from './helpers/gateway.js'
+import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
 
 let up: Upstream
 beforeAll(async () => { up = await startUpstream() })
@@ -15,25 +15,17 @@ describe('fail closed', () => {
   afterAll(async () => { await gw?.close() })
 
   test('a SQLite store locked by another writer: 503 store-unavailable, nothing forwarded, /readyz 503; back when the lock goes', async () => {
-    gw = await startTestGateway(`store:
-  kind: sqlite
-  path: @DIR@/fg.db
-  timeout: 300ms
-routes:
-${route('locked', '/locked/:res', up.url, `    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-`)}`)
+    gw = await startTestGateway({
+      store: { kind: 'sqlite', path: '@DIR@/fg.db', timeout: '300ms' },
+      routes: [{ name: 'locked', path: '/locked/:res', upstream: up.url, fencing: { resource: '{param.res}' }, idempotency: { required: true } }],
+    })
     const other = new Database(`${gw.dir}/fg.db`)
     other.exec('BEGIN IMMEDIATE')
     try {
       const before = up.count('/locked')
       const t0 = Date.now()
       const r = await post(`${gw.url}/locked/a`, {}, { 'fencing-token': '1', 'idempotency-key': 'k1' })
-      expect(r.status).toBe(503)
-      expect(r.json().type).toBe('urn:fencegate:problem:store-unavailable')
-      expect(r.headers['retry-after']).toBeDefined()
+      expectProblem(r, { status: 503, type: 'store-unavailable', headers: { 'retry-after': /^[1-9]\d*$/ } })
       expect(Date.now() - t0).toBeLessThan(2000)
       expect(up.count('/locked')).toBe(before)
       expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(503)
@@ -55,13 +47,10 @@ describe('memory store limits', () => {
   afterAll(async () => { await gw?.close() })
 
   test('past store.maxResources a new resource gets 503 and a log line; known resources keep working', async () => {
-    gw = await startTestGateway(`store:
-  kind: memory
-  maxResources: 2
-routes:
-${route('m', '/m/:res', up.url, `    fencing:
-      resource: "{param.res}"
-`)}`)
+    gw = await startTestGateway({
+      store: { kind: 'memory', maxResources: 2 },
+      routes: [{ name: 'm', path: '/m/:res', upstream: up.url, fencing: { resource: '{param.res}' } }],
+    })
     expect((await post(`${gw.url}/m/a`, {}, { 'fencing-token': '1' })).status).toBe(201)
     expect((await post(`${gw.url}/m/b`, {}, { 'fencing-token': '1' })).status).toBe(201)
     const before = up.count('/m/c')

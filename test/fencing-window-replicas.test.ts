@@ -11,8 +11,9 @@ import { Redis } from 'ioredis'
 import pg from 'pg'
 import { request } from 'undici'
 import { startUpstream, type Upstream, type Applied } from './helpers/upstream.js'
-import { startTestGateway, tempDir, type TestGateway } from './helpers/gateway.js'
-import { post, metrics, metric } from './helpers/http.js'
+import { startTestGateway, tempDir, type GatewaySpec, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { expectProblem, post, metrics, metric } from './helpers/http.js'
+import { sleep, until } from './helpers/wait.js'
 import { SqliteStore } from '../src/store/sqlite/index.js'
 import { RedisStore } from '../src/store/redis/index.js'
 import { PostgresStore } from '../src/store/postgres/index.js'
@@ -21,13 +22,11 @@ import type { Store } from '../src/store/types.js'
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const run = randomUUID().replaceAll('-', '').slice(0, 10)
-const P = 'urn:fencegate:problem:'
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 interface Shared {
   kind: 'sqlite' | 'redis' | 'postgres'
-  /** the store block of the config */
-  store: string
+  /** the config's store */
+  store: StoreInput
   /** another client on the same state: plays a replica that crashed */
   client(): Promise<Store>
   drop(): Promise<void>
@@ -37,13 +36,13 @@ const dir = tempDir('fg-window-')
 const stores: Shared[] = [
   {
     kind: 'sqlite',
-    store: `  kind: sqlite\n  path: ${join(dir, 'shared.db')}`,
+    store: { kind: 'sqlite', path: join(dir, 'shared.db') },
     client: async () => new SqliteStore({ path: join(dir, 'shared.db') }),
     drop: async () => {},
   },
   {
     kind: 'redis',
-    store: `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fgwin-${run}`,
+    store: { kind: 'redis', url: REDIS_URL, keyPrefix: `fgwin-${run}` },
     client: () => RedisStore.open({ url: REDIS_URL, keyPrefix: `fgwin-${run}` }),
     drop: async () => {
       const r = new Redis(REDIS_URL)
@@ -58,7 +57,7 @@ const stores: Shared[] = [
   },
   {
     kind: 'postgres',
-    store: `  kind: postgres\n  url: ${PG_URL}\n  schema: fgwin_${run}\n  pool: 4`,
+    store: { kind: 'postgres', url: PG_URL, schema: `fgwin_${run}`, pool: 4 },
     client: () => PostgresStore.open({ url: PG_URL, schema: `fgwin_${run}`, pool: 2, reapIntervalMs: 0 }),
     drop: async () => {
       const c = new pg.Client({ connectionString: PG_URL })
@@ -69,16 +68,9 @@ const stores: Shared[] = [
   },
 ]
 
-const route = (name: string, serialize: string, extra = '', timeout = '2s') => `  - name: ${name}
-    match:
-      path: "/${name}/:res/*"
-    upstream:
-      url: @UP@
-      timeout: ${timeout}
-    fencing:
-      resource: "doc:{param.res}"
-      serialize: ${serialize}
-${extra}`
+/** A route `/NAME/:res/*` fencing `doc:{param.res}` with `serialize` (and `fencing`'s other keys). */
+const route = (name: string, fencing: Partial<NonNullable<RouteSpec['fencing']>>, more: Partial<RouteSpec> = {}): RouteSpec =>
+  ({ name, path: `/${name}/:res/*`, upstream: up.url, ...more, fencing: { resource: 'doc:{param.res}', ...fencing } })
 
 let up: Upstream
 beforeAll(async () => { up = await startUpstream() })
@@ -92,18 +84,16 @@ describe.each(stores)('two replicas sharing $kind', (shared) => {
   let n = 0
   const res = () => `${shared.kind}-${++n}-${Date.now()}`
 
-  const config = () => `store:
-${shared.store}
-routes:
-${route('store', 'store')}
-${route('local', 'true')}
-${route('short', 'store', '      serializeWait: 200ms\n')}
-${route('held', 'store', `      serializeWait: 3s
-    idempotency:
-      lease: 1500ms
-`, '300ms')}
-${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
-`.replaceAll('@UP@', up.url)
+  const config = (): GatewaySpec => ({
+    store: shared.store,
+    routes: [
+      route('store', { serialize: 'store' }),
+      route('local', { serialize: true }),
+      route('short', { serialize: 'store', serializeWait: '200ms' }),
+      route('held', { serialize: 'store', serializeWait: '3s' }, { upstream: { url: up.url, timeout: '300ms' }, idempotency: { lease: '1500ms' } }),
+      route('bare', { serialize: 'store', serializeWait: '3s' }, { upstream: { url: up.url, timeout: '300ms' } }),
+    ],
+  })
 
   beforeAll(async () => {
     a = await startTestGateway(config())
@@ -119,18 +109,13 @@ ${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
   const events = (prefix: string) => up.applied.filter((x: Applied) => x.url.startsWith(prefix)).map((x) => `${x.event} ${x.token}`)
   const write = (g: TestGateway, route: string, r: string, token: string, path = 'apply', headers: Record<string, string> = {}) =>
     post(`${g.url}/${route}/${r}/${path}`, { token }, { 'fencing-token': token, ...headers })
-  async function until(check: () => boolean, what: string, ms = 3000): Promise<void> {
-    const deadline = Date.now() + ms
-    while (!check()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await sleep(5)
-    }
-  }
+  /** polling for these tests: every 5 ms, they measure how long a request was held */
+  const often = { intervalMs: 5, timeoutMs: 3000 }
 
   test('serialize: store — 5 slow on A, 6 on B: the upstream applies 5, then 6', async () => {
     const r = res()
     const slow = write(a, 'store', r, '5', 'apply?ms=400')
-    await until(() => events(`/store/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/store/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const started = Date.now()
     const six = await write(b, 'store', r, '6')
     expect(six.status).toBe(201)
@@ -142,7 +127,7 @@ ${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
   test('serialize: true — the same requests: B sends 6 at once and the upstream applies 6, then 5; neither replica counts it', async () => {
     const r = res()
     const slow = write(a, 'local', r, '5', 'apply?ms=400')
-    await until(() => events(`/local/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/local/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     expect((await write(b, 'local', r, '6')).status).toBe(201)
     expect((await slow).status).toBe(201)
     // the inversion `serialize: store` exists for: each replica only holds back its own requests
@@ -154,13 +139,20 @@ ${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
   test('several tokens over both replicas go in token order', async () => {
     const r = res()
     const five = write(a, 'store', r, '5', 'apply?ms=200')
-    await until(() => events(`/store/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/store/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const six = write(b, 'store', r, '6', 'apply?ms=100')
-    // 7 must be checked after 6 (else 6 is stale): a refused probe tells when the mark is 6
-    for (let i = 0; i < 200; i++) {
-      const probe = await write(a, 'store', r, '1')
-      if (probe.json().highestToken === '6') break
-      await sleep(5)
+    // 7 must come after 6 has registered, not only passed the check: in between, 7 would raise the
+    // mark and 6's registration would be refused (412, by design). Registered means a registration
+    // below 7 that outlives every one below 6 (5's, made earlier)
+    const probe = await shared.client()
+    try {
+      await until(async () => {
+        const now = Date.now()
+        const [below7, below6] = await Promise.all([probe.olderRegistered(`doc:${r}`, 7n, now), probe.olderRegistered(`doc:${r}`, 6n, now)])
+        return below7.until > below6.until
+      }, { ...often, message: 'token 6 to pass the check and register' })
+    } finally {
+      await probe.close()
     }
     const seven = write(a, 'store', r, '7')
     expect((await Promise.all([five, six, seven])).map((x) => x.status)).toEqual([201, 201, 201])
@@ -170,13 +162,11 @@ ${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
   test('the wait is bounded: 503 serialize-timeout with Retry-After within serializeWait + 50 ms, nothing forwarded', async () => {
     const r = res()
     const slow = write(a, 'short', r, '5', 'apply?ms=800')
-    await until(() => events(`/short/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/short/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const started = Date.now()
     const refused = await write(b, 'short', r, '6')
     const took = Date.now() - started
-    expect(refused.status).toBe(503)
-    expect(refused.json()).toMatchObject({ type: `${P}serialize-timeout`, status: 503, token: '6' })
-    expect(refused.headers['retry-after']).toMatch(/^[1-9]\d*$/)
+    expectProblem(refused, { status: 503, type: 'serialize-timeout', headers: { 'retry-after': /^[1-9]\d*$/ }, members: { token: '6' } })
     expect(took).toBeGreaterThanOrEqual(195)
     expect(took).toBeLessThan(200 + 50 + 250) // + the store calls and the test's own slack
     expect((await slow).status).toBe(201)
@@ -239,16 +229,14 @@ ${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
       await other.close()
     }
     // and through a gateway, a token below the mark is a 412 as on any fenced route
-    const stale = await write(a, 'store', r, '5')
-    expect(stale.status).toBe(412)
-    expect(stale.json()).toMatchObject({ type: `${P}stale-fencing-token`, highestToken: '6' })
+    expectProblem(await write(a, 'store', r, '5'), { status: 412, type: 'stale-fencing-token', members: { highestToken: '6' } })
     expect(events(`/store/${r}/`)).toEqual([])
   })
 
   test('a client that leaves while its request waits on B: the request is never forwarded (499)', async () => {
     const r = res()
     const slow = write(a, 'store', r, '5', 'apply?ms=400')
-    await until(() => events(`/store/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/store/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const gone = request(`${b.url}/store/${r}/apply`, { method: 'POST', headers: { 'fencing-token': '6', 'content-type': 'application/json' }, body: '{}', signal: AbortSignal.timeout(100) })
     await expect(gone).rejects.toThrow()
     expect((await slow).status).toBe(201)
@@ -260,7 +248,7 @@ ${route('bare', 'store', '      serializeWait: 3s\n', '300ms')}
   test('equal tokens do not wait for each other across replicas', async () => {
     const r = res()
     const slow = write(a, 'store', r, '7', 'apply?ms=400')
-    await until(() => events(`/store/${r}/`).includes('arrived 7'), 'the first write to reach the upstream')
+    await until(() => events(`/store/${r}/`).includes('arrived 7'), { ...often, message: 'the first write to reach the upstream' })
     expect((await write(b, 'store', r, '7')).status).toBe(201)
     expect((await slow).status).toBe(201)
     expect(events(`/store/${r}/`)).toEqual(['arrived 7', 'arrived 7', 'applied 7', 'applied 7'])

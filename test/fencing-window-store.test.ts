@@ -6,6 +6,7 @@ import { MemoryStore } from '../src/store/memory.js'
 import { StoreError, type Store } from '../src/store/types.js'
 import { StoreWindow, MARGIN_MS, LONGEST_POLL_MS, type WindowTimes } from '../src/fencing/window.js'
 import { createLogger } from '../src/log.js'
+import { sleep } from './helpers/wait.js'
 
 const lines: string[] = []
 const log = createLogger({ write: (s: string) => { lines.push(s); return true } } as unknown as NodeJS.WritableStream)
@@ -68,7 +69,7 @@ describe('StoreWindow', () => {
     // let the polls back off to their longest pause first
     let done: unknown
     void w.waitForOlder(six.ticket, six.older, 2000, never).then((x) => { done = x })
-    await new Promise((r) => setTimeout(r, 200))
+    await sleep(200)
     await w.leave(five.ticket)
     // within the same turn of the event loop, not at the next poll (a timer up to 50 ms away)
     await new Promise((r) => setImmediate(r))

@@ -1,56 +1,35 @@
 // Issue 5 §3, the check-to-apply window: an upstream that delays writes forces an older token's
 // write to land after a newer one. Default mode detects it (fencegate_fencing_overtaken_total, a
 // warning); `fencing.serialize` prevents it within the gateway process.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { describe, expect, test } from 'vitest'
 import { request } from 'undici'
-import { startUpstream, type Upstream, type Applied } from './helpers/upstream.js'
-import { startTestGateway, type TestGateway } from './helpers/gateway.js'
-import { post, send, metrics, metric } from './helpers/http.js'
+import { type Applied } from './helpers/upstream.js'
+import { withGateway, type RouteSpec } from './helpers/gateway.js'
+import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
+import { sleep, until } from './helpers/wait.js'
 
-const P = 'urn:fencegate:problem:'
-let up: Upstream
-let gw: TestGateway
+const { up, gw } = withGateway((up) => {
+  /** a route `/NAME/:res/*` fencing the resource `doc:{param.res}` */
+  const fenced = (name: string, fencing: Partial<NonNullable<RouteSpec['fencing']>> = {}, more: Partial<RouteSpec> = {}): RouteSpec =>
+    ({ name, path: `/${name}/:res/*`, upstream: up.url, ...more, fencing: { resource: 'doc:{param.res}', ...fencing } })
+  return {
+    store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+    routes: [
+      fenced('detect'),
+      fenced('serial', { serialize: true }),
+      fenced('short', { serialize: true, serializeWait: '200ms' }),
+      fenced('held', { serialize: true, serializeWait: '3s' }, { upstream: { url: up.url, timeout: '300ms' }, idempotency: { lease: '1500ms' } }),
+      fenced('bare', { serialize: true, serializeWait: '3s' }, { upstream: { url: up.url, timeout: '300ms' } }),
+    ],
+  }
+})
 let n = 0
 const res = () => `r${++n}-${Date.now()}`
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-const fenced = (name: string, extra = '', upstream = '      timeout: 2s', more = '') => `  - name: ${name}
-    match:
-      path: "/${name}/:res/*"
-    upstream:
-      url: @UP@
-${upstream}
-    fencing:
-      resource: "doc:{param.res}"
-${extra}${more}`
-
-beforeAll(async () => {
-  up = await startUpstream()
-  gw = await startTestGateway(`store:
-  kind: sqlite
-  path: "@DIR@/fg.db"
-routes:
-${fenced('detect')}
-${fenced('serial', '      serialize: true\n')}
-${fenced('short', '      serialize: true\n      serializeWait: 200ms\n')}
-${fenced('held', '      serialize: true\n      serializeWait: 3s\n', '      timeout: 300ms', `    idempotency:
-      lease: 1500ms
-`)}
-${fenced('bare', '      serialize: true\n      serializeWait: 3s\n', '      timeout: 300ms')}
-`.replaceAll('@UP@', up.url))
-})
-afterAll(async () => { await gw?.close(); await up?.close() })
 
 /** What `/apply` saw for one resource, as "arrived 5", "applied 6", ... */
 const events = (prefix: string) => up.applied.filter((a: Applied) => a.url.startsWith(prefix)).map((a) => `${a.event} ${a.token}`)
-
-async function until(check: () => boolean | Promise<boolean>, what: string, ms = 3000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await sleep(5)
-  }
-}
+/** polling for these tests: every 5 ms, they measure how long a request was held */
+const often = { intervalMs: 5, timeoutMs: 3000 }
 
 const write = (route: string, r: string, token: string, path = 'apply', headers: Record<string, string> = {}) =>
   post(`${gw.url}/${route}/${r}/${path}`, { token }, { 'fencing-token': token, ...headers })
@@ -62,14 +41,14 @@ describe('default mode: the window is detected', () => {
     const r = res()
     const before = await overtaken('detect')
     const slow = write('detect', r, '5', 'apply?ms=400')
-    await until(() => events(`/detect/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/detect/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const fast = await write('detect', r, '6')
     expect(fast.status).toBe(201)
     expect((await slow).status).toBe(201)
     // the gateway accepted both (5 was the highest when it was checked), and the upstream applied
     // them out of order: exactly the window the store check alone cannot close
     expect(events(`/detect/${r}/`)).toEqual(['arrived 5', 'arrived 6', 'applied 6', 'applied 5'])
-    await until(async () => (await overtaken('detect')) === before + 1, 'the overtaken counter')
+    await until(async () => (await overtaken('detect')) === before + 1, { ...often, message: 'the overtaken counter' })
     const line = gw.logs.map((l) => JSON.parse(l)).find((l) => l.route === 'detect' && l.token === '5' && l.newerToken === '6')
     expect(line).toMatchObject({ level: 'warn' })
     // the resource can carry tenant data: not in the log line
@@ -90,7 +69,7 @@ describe('fencing.serialize: the window is closed within the gateway', () => {
   test('token 6 reaches the upstream only after token 5 completed; nothing is overtaken', async () => {
     const r = res()
     const slow = write('serial', r, '5', 'apply?ms=400')
-    await until(() => events(`/serial/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/serial/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const started = Date.now()
     const fast = await write('serial', r, '6')
     expect(fast.status).toBe(201)
@@ -104,10 +83,10 @@ describe('fencing.serialize: the window is closed within the gateway', () => {
   test('several older tokens: each newer one goes after all older ones, in token order', async () => {
     const r = res()
     const five = write('serial', r, '5', 'apply?ms=200')
-    await until(() => events(`/serial/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/serial/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const six = write('serial', r, '6', 'apply?ms=200')
     // 7 must be checked after 6 (else 6 is stale): a refused probe tells when the mark is 6
-    await until(async () => (await write('serial', r, '1')).json().highestToken === '6', 'token 6 to pass the check')
+    await until(async () => (await write('serial', r, '1')).json().highestToken === '6', { ...often, message: 'token 6 to pass the check' })
     const seven = write('serial', r, '7')
     expect((await Promise.all([five, six, seven])).map((x) => x.status)).toEqual([201, 201, 201])
     expect(events(`/serial/${r}/`)).toEqual(['arrived 5', 'applied 5', 'arrived 6', 'applied 6', 'arrived 7', 'applied 7'])
@@ -116,7 +95,7 @@ describe('fencing.serialize: the window is closed within the gateway', () => {
   test('equal tokens do not wait for each other (one lease holder writing many times)', async () => {
     const r = res()
     const slow = write('serial', r, '7', 'apply?ms=400')
-    await until(() => events(`/serial/${r}/`).includes('arrived 7'), 'the first write to reach the upstream')
+    await until(() => events(`/serial/${r}/`).includes('arrived 7'), { ...often, message: 'the first write to reach the upstream' })
     expect((await write('serial', r, '7')).status).toBe(201)
     expect((await slow).status).toBe(201)
     // the second arrived and was applied while the first was still being applied
@@ -127,14 +106,11 @@ describe('fencing.serialize: the window is closed within the gateway', () => {
     const r = res()
     const before = metric(await metrics(gw.adminUrl), 'fencegate_requests_total', { route: 'short', outcome: 'serialize_timeout', code: '503' })
     const slow = write('short', r, '5', 'apply?ms=800')
-    await until(() => events(`/short/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/short/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const started = Date.now()
     const refused = await write('short', r, '6')
     expect(Date.now() - started).toBeGreaterThanOrEqual(190)
-    expect(refused.status).toBe(503)
-    expect(refused.headers['content-type']).toMatch(/^application\/problem\+json/)
-    expect(refused.headers['retry-after']).toMatch(/^[1-9]\d*$/)
-    expect(refused.json()).toMatchObject({ type: `${P}serialize-timeout`, status: 503, token: '6' })
+    expectProblem(refused, { status: 503, type: 'serialize-timeout', headers: { 'retry-after': /^[1-9]\d*$/ }, members: { token: '6' } })
     expect((await slow).status).toBe(201)
     expect(events(`/short/${r}/`)).toEqual(['arrived 5', 'applied 5'])
     expect(metric(await metrics(gw.adminUrl), 'fencegate_requests_total', { route: 'short', outcome: 'serialize_timeout', code: '503' })).toBe(before + 1)
@@ -146,7 +122,7 @@ describe('fencing.serialize: the window is closed within the gateway', () => {
   test('a client that leaves while its request is held: the request is never forwarded', async () => {
     const r = res()
     const slow = write('serial', r, '5', 'apply?ms=400')
-    await until(() => events(`/serial/${r}/`).includes('arrived 5'), 'token 5 to reach the upstream')
+    await until(() => events(`/serial/${r}/`).includes('arrived 5'), { ...often, message: 'token 5 to reach the upstream' })
     const gone = request(`${gw.url}/serial/${r}/apply`, { method: 'POST', headers: { 'fencing-token': '6', 'content-type': 'application/json' }, body: '{}', signal: AbortSignal.timeout(100) })
     await expect(gone).rejects.toThrow()
     expect((await slow).status).toBe(201)
@@ -190,11 +166,11 @@ describe('memory', () => {
       return { resources: metric(text, 'fencegate_fencing_tracked_resources'), inFlight: metric(text, 'fencegate_fencing_in_flight') }
     }
     // wait out the holds of the tests above
-    await until(async () => (await gauges()).resources === 0, 'the holds to end', 5000)
+    await until(async () => (await gauges()).resources === 0, { ...often, timeoutMs: 5000, message: 'the holds to end' })
     // while a request is in flight its resource is tracked
     const r = res()
     const slow = write('serial', r, '1', 'apply?ms=300')
-    await until(() => events(`/serial/${r}/`).includes('arrived 1'), 'the request to reach the upstream')
+    await until(() => events(`/serial/${r}/`).includes('arrived 1'), { ...often, message: 'the request to reach the upstream' })
     expect(await gauges()).toEqual({ resources: 1, inFlight: 1 })
     await slow
     const ids = Array.from({ length: 1000 }, (_, i) => `mem${i}-${Date.now()}`)
@@ -205,6 +181,6 @@ describe('memory', () => {
     // plus requests that end early: stale, store-checked but refused, malformed
     expect((await write('detect', ids[4], '3')).status).toBe(412)
     expect((await send(`${gw.url}/detect/${ids[1]}/apply`, { method: 'POST', headers: { 'fencing-token': '01' } })).status).toBe(400)
-    await until(async () => { const g = await gauges(); return g.resources === 0 && g.inFlight === 0 }, 'the tracking map to empty')
+    await until(async () => { const g = await gauges(); return g.resources === 0 && g.inFlight === 0 }, { ...often, message: 'the tracking map to empty' })
   })
 })

@@ -1,33 +1,20 @@
 // Contract §3: every row of the fencing table against a running gateway and a real upstream,
 // asserting the status, the problem type and what the upstream received.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startUpstream, headerValues, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
-import { post, metrics, metric } from './helpers/http.js'
+import { describe, expect, test } from 'vitest'
+import { headerValues } from './helpers/upstream.js'
+import { withGateway } from './helpers/gateway.js'
+import { expectProblem, post, metrics, metric } from './helpers/http.js'
 
-const P = 'urn:fencegate:problem:'
-let up: Upstream
-let gw: TestGateway
+const { up, gw } = withGateway((up) => ({
+  store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+  routes: [
+    { name: 'ledger', path: '/ledger/:res', upstream: up.url, fencing: { resource: 'ledger:{param.res}' } },
+    { name: 'tenant', path: '/tenant', upstream: up.url, fencing: { resource: '{header.X-Tenant}/{query.doc}' } },
+    { name: 'optional', path: '/optional/:res', upstream: up.url, fencing: { resource: '{param.res}', required: false, tokenHeader: 'X-Lease-Generation' } },
+  ],
+}))
 let n = 0
 const res = () => `r${++n}-${Date.now()}`
-
-beforeAll(async () => {
-  up = await startUpstream()
-  gw = await startTestGateway(`store:
-  kind: sqlite
-  path: @DIR@/fg.db
-routes:
-${route('ledger', '/ledger/:res', up.url, `    fencing:
-      resource: "ledger:{param.res}"
-`)}${route('tenant', '/tenant', up.url, `    fencing:
-      resource: "{header.X-Tenant}/{query.doc}"
-`)}${route('optional', '/optional/:res', up.url, `    fencing:
-      resource: "{param.res}"
-      required: false
-      tokenHeader: X-Lease-Generation
-`)}`)
-})
-afterAll(async () => { await gw?.close(); await up?.close() })
 
 const write = (r: string, token?: string | string[]) =>
   post(`${gw.url}/ledger/${r}`, { r }, token === undefined ? {} : { 'fencing-token': token })
@@ -53,9 +40,7 @@ describe('fencing tokens', () => {
     const r = res()
     await write(r, '10')
     const reply = await write(r, '9')
-    expect(reply.status).toBe(412)
-    expect(reply.headers['content-type']).toMatch(/^application\/problem\+json/)
-    expect(reply.json()).toMatchObject({ type: `${P}stale-fencing-token`, status: 412, resource: `ledger:${r}`, token: '9', highestToken: '10' })
+    expectProblem(reply, { status: 412, type: 'stale-fencing-token', members: { resource: `ledger:${r}`, token: '9', highestToken: '10' } })
     expect(up.count(`/ledger/${r}`)).toBe(1)
   })
 
@@ -68,27 +53,21 @@ describe('fencing tokens', () => {
 
   test('a missing token on a route that requires one gets 428', async () => {
     const r = res()
-    const reply = await write(r)
-    expect(reply.status).toBe(428)
-    expect(reply.json().type).toBe(`${P}fencing-token-required`)
+    expectProblem(await write(r), { status: 428, type: 'fencing-token-required' })
     expect(up.count(`/ledger/${r}`)).toBe(0)
   })
 
   test.each(['-1', '01', '+5', '1.0', '1 7', 'abc', '', '9223372036854775808', '0x10', '1e3'])('malformed token %j gets 400 and does not move the mark', async (bad) => {
     const r = res()
     await write(r, '1')
-    const reply = await write(r, bad)
-    expect(reply.status).toBe(400)
-    expect(reply.json().type).toBe(`${P}fencing-token-malformed`)
+    expectProblem(await write(r, bad), { status: 400, type: 'fencing-token-malformed' })
     expect((await write(r, '1')).status).toBe(201)
     expect(up.count(`/ledger/${r}`)).toBe(2)
   })
 
   test('the header given twice is malformed', async () => {
     const r = res()
-    const reply = await write(r, ['9', '1'])
-    expect(reply.status).toBe(400)
-    expect(reply.json().type).toBe(`${P}fencing-token-malformed`)
+    expectProblem(await write(r, ['9', '1']), { status: 400, type: 'fencing-token-malformed' })
     expect(up.count(`/ledger/${r}`)).toBe(0)
   })
 
@@ -111,9 +90,7 @@ describe('fencing tokens', () => {
 
   test('a resource template that cannot be filled gets 400 fencing-resource-missing', async () => {
     const before = up.count('/tenant')
-    const reply = await post(`${gw.url}/tenant?doc=d1`, {}, { 'fencing-token': '1' })
-    expect(reply.status).toBe(400)
-    expect(reply.json().type).toBe(`${P}fencing-resource-missing`)
+    expectProblem(await post(`${gw.url}/tenant?doc=d1`, {}, { 'fencing-token': '1' }), { status: 400, type: 'fencing-resource-missing' })
     expect(up.count('/tenant')).toBe(before)
     const ok = await post(`${gw.url}/tenant?doc=d1`, {}, { 'fencing-token': '1', 'x-tenant': 't1' })
     expect(ok.status).toBe(201)
@@ -122,9 +99,7 @@ describe('fencing tokens', () => {
 
   test('a resource filled with a NUL (%00) gets 400 fencing-resource-missing, and nothing is forwarded', async () => {
     const before = up.count('/tenant')
-    const reply = await post(`${gw.url}/tenant?doc=d%00x`, {}, { 'fencing-token': '1', 'x-tenant': 't1' })
-    expect(reply.status).toBe(400)
-    expect(reply.json().type).toBe(`${P}fencing-resource-missing`)
+    expectProblem(await post(`${gw.url}/tenant?doc=d%00x`, {}, { 'fencing-token': '1', 'x-tenant': 't1' }), { status: 400, type: 'fencing-resource-missing' })
     expect(up.count('/tenant')).toBe(before)
   })
 
@@ -144,9 +119,7 @@ describe('fencing tokens', () => {
 
   test.each(['fresh%2F..%2Fvictim', '..%2Fvictim', 'x%2f%2e%2e%2fvictim', 'x%5C..%5Cvictim'])('a dot segment behind an encoded separator (%s) is refused, not fenced as a new resource', async (res) => {
     const before = up.seen.length
-    const r = await post(`${gw.url}/ledger/${res}`, {}, { 'fencing-token': '1' })
-    expect(r.status).toBe(400)
-    expect(r.json().type).toBe(`${P}bad-path`)
+    expectProblem(await post(`${gw.url}/ledger/${res}`, {}, { 'fencing-token': '1' }), { status: 400, type: 'bad-path' })
     expect(up.seen.length).toBe(before)
   })
 

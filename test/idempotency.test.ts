@@ -1,38 +1,30 @@
 // Contract §4: idempotency keys against a running gateway and a real upstream: the table rows,
 // replay byte for byte, release rules, unknown outcomes, scope, ttl, size limits, concurrency.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, route, type TestGateway, freePort } from './helpers/gateway.js'
-import { post, send, metrics, metric } from './helpers/http.js'
+import { describe, expect, test } from 'vitest'
+import { withGateway, freePort, startTestGateway } from './helpers/gateway.js'
+import { startUpstream } from './helpers/upstream.js'
+import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
+import { sleep } from './helpers/wait.js'
 
-const P = 'urn:fencegate:problem:'
-let up: Upstream
-let gw: TestGateway
-let deadPort: number
+const required = { required: true }
+const { up, gw } = withGateway(async (up) => ({
+  store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+  routes: [
+    { name: 'fenced', path: '/fenced/:res', upstream: up.url, fencing: { resource: '{param.res}' }, idempotency: required },
+    { name: 'wait', path: '/wait/*', upstream: up.url, idempotency: { ...required, inFlight: 'wait' } },
+    { name: 'scoped', path: '/scoped/*', upstream: up.url, idempotency: { ...required, scope: '{header.Authorization}' } },
+    { name: 'short', path: '/short/*', upstream: { url: up.url, timeout: '1s' }, idempotency: { ...required, ttl: '1s', lease: '1s' } },
+    { name: 'small', path: '/small/*', upstream: up.url, idempotency: { ...required, maxResponseBytes: '1KiB' } },
+    { name: 'retry', path: '/retry/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { ...required, unknownOutcome: 'retry' } },
+    { name: 'optional', path: '/optional/*', upstream: up.url, idempotency: { required: false } },
+    // nothing listens on that port: connect refused
+    { name: 'dead', path: '/dead/*', upstream: `http://127.0.0.1:${await freePort()}`, idempotency: required },
+    { name: 'single', path: '/single/*', upstream: { url: up.url, connections: 1 }, idempotency: required },
+    { name: 'main', path: '/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: required },
+  ],
+}))
 let n = 0
 const key = () => `k-${++n}-${Math.random().toString(36).slice(2)}`
-const idem = (extra = '') => `    idempotency:\n      required: true\n${extra}`
-
-beforeAll(async () => {
-  up = await startUpstream()
-  deadPort = await freePort()
-  gw = await startTestGateway(`store:
-  kind: sqlite
-  path: @DIR@/fg.db
-routes:
-${route('fenced', '/fenced/:res', up.url, `    fencing:
-      resource: "{param.res}"
-${idem()}`)}${route('wait', '/wait/*', up.url, idem('      inFlight: wait\n'))}\
-${route('scoped', '/scoped/*', up.url, idem('      scope: "{header.Authorization}"\n'))}\
-${route('short', '/short/*', up.url, idem('      ttl: 1s\n      lease: 1s\n')).replace('timeout: 2s', 'timeout: 1s')}\
-${route('small', '/small/*', up.url, idem('      maxResponseBytes: 1KiB\n'))}\
-${route('retry', '/retry/*', up.url, idem('      unknownOutcome: retry\n')).replace('timeout: 2s', 'timeout: 300ms')}\
-${route('optional', '/optional/*', up.url, '    idempotency:\n      required: false\n')}\
-${route('dead', '/dead/*', `http://127.0.0.1:${deadPort}`, idem())}\
-${route('single', '/single/*', up.url, idem()).replace('timeout: 2s', 'timeout: 2s\n      connections: 1')}\
-${route('main', '/*', up.url, idem()).replace('timeout: 2s', 'timeout: 300ms')}`)
-})
-afterAll(async () => { await gw?.close(); await up?.close() })
 
 const call = (path: string, k: string | string[] | undefined, body: unknown = { a: 1 }, headers: Record<string, string> = {}) =>
   post(`${gw.url}${path}`, body, { ...(k === undefined ? {} : { 'idempotency-key': k }), ...headers })
@@ -73,9 +65,7 @@ describe('idempotency keys', () => {
 
   test('a missing key on a route that requires one gets 400 and nothing is forwarded', async () => {
     const before = up.count('/nokey')
-    const r = await call('/nokey', undefined)
-    expect(r.status).toBe(400)
-    expect(r.json().type).toBe(`${P}idempotency-key-required`)
+    expectProblem(await call('/nokey', undefined), { status: 400, type: 'idempotency-key-required' })
     expect(up.count('/nokey')).toBe(before)
   })
 
@@ -95,9 +85,7 @@ describe('idempotency keys', () => {
     ['empty quotes', '""'],
   ])('a malformed key (%s) gets 400', async (_what, bad) => {
     const before = up.seen.length
-    const r = await call('/charge', bad)
-    expect(r.status).toBe(400)
-    expect(r.json().type).toBe(`${P}idempotency-key-malformed`)
+    expectProblem(await call('/charge', bad), { status: 400, type: 'idempotency-key-malformed' })
     expect(up.seen.length).toBe(before)
   })
 
@@ -106,15 +94,13 @@ describe('idempotency keys', () => {
   })
 
   test('the key header given twice is malformed', async () => {
-    const r = await call('/charge', [key(), key()])
-    expect(r.status).toBe(400)
-    expect(r.json().type).toBe(`${P}idempotency-key-malformed`)
+    expectProblem(await call('/charge', [key(), key()]), { status: 400, type: 'idempotency-key-malformed' })
   })
 
   test('the same key with another body, path or content type gets 422', async () => {
     const k = key()
     await call('/charge', k, { a: 1 })
-    expect((await call('/charge', k, { a: 2 })).json().type).toBe(`${P}idempotency-key-reused`)
+    expectProblem(await call('/charge', k, { a: 2 }), { status: 422, type: 'idempotency-key-reused' })
     expect((await call('/charge2', k, { a: 1 })).status).toBe(422)
     const ct = await send(`${gw.url}/charge`, { method: 'POST', headers: { 'idempotency-key': k, 'content-type': 'text/plain' }, body: '{"a":1}' })
     expect(ct.status).toBe(422)
@@ -131,11 +117,8 @@ describe('idempotency keys', () => {
   test('a repeat while the first is in flight gets 409 with Retry-After (inFlight: reject)', async () => {
     const k = key()
     const first = call('/slow?ms=250', k)
-    await new Promise((r) => setTimeout(r, 60))
-    const second = await call('/slow?ms=250', k)
-    expect(second.status).toBe(409)
-    expect(second.headers['retry-after']).toBe('1')
-    expect(second.json().type).toBe(`${P}request-in-flight`)
+    await sleep(60)
+    expectProblem(await call('/slow?ms=250', k), { status: 409, type: 'request-in-flight', headers: { 'retry-after': '1' } })
     expect((await first).status).toBe(200)
     expect((await call('/slow?ms=250', k)).headers['idempotent-replayed']).toBe('true')
   })
@@ -144,7 +127,7 @@ describe('idempotency keys', () => {
     const k = key()
     const before = up.count('/wait/slow')
     const first = call('/wait/slow?ms=200', k)
-    await new Promise((r) => setTimeout(r, 50))
+    await sleep(50)
     const second = await call('/wait/slow?ms=200', k)
     const a = await first
     expect(second.status).toBe(200)
@@ -186,9 +169,7 @@ describe('idempotency keys', () => {
   test('connect refused: 502, the claim is released and a retry is forwarded again', async () => {
     const k = key()
     const released = await delta(async () => {
-      const a = await call('/dead/x', k)
-      expect(a.status).toBe(502)
-      expect(a.json().type).toBe(`${P}upstream-unavailable`)
+      expectProblem(await call('/dead/x', k), { status: 502, type: 'upstream-unavailable' })
       expect((await call('/dead/x', k)).status).toBe(502) // not 409: nothing was sent
     }, 'fencegate_idempotency_total', { route: 'dead', result: 'released' })
     expect(released).toBe(2)
@@ -196,7 +177,7 @@ describe('idempotency keys', () => {
 
   test('a client that leaves while its request waits for an upstream connection: nothing was sent, so the key stays free', async () => {
     const busy = call('/single/slow?ms=800', key()) // holds the route's only connection
-    await new Promise((r) => setTimeout(r, 100))
+    await sleep(100)
     const k = key()
     const before = up.count('/single/queued')
     const { request } = await import('node:http')
@@ -221,21 +202,15 @@ describe('idempotency keys', () => {
     const first = await call('/reset-mid-body', k).then((r) => `answered ${r.status} with ${r.body.length} bytes`, () => 'cut off')
     expect(first).toBe('cut off')
     expect(metric(await metrics(gw.adminUrl), 'fencegate_unknown_outcomes_total', { route: 'main', reason: 'reset' })).toBe(resets + 1)
-    const retry = await call('/reset-mid-body', k)
-    expect(retry.status).toBe(409)
-    expect(retry.json().type).toBe(`${P}outcome-unknown`)
+    expectProblem(await call('/reset-mid-body', k), { status: 409, type: 'outcome-unknown' })
     expect(up.count('/reset-mid-body')).toBe(before + 1)
   })
 
   test('unknownOutcome: reject — the upstream applied the effect and timed out; the retry gets 409 outcome-unknown and is not forwarded', async () => {
     const k = key()
     const before = up.count('/apply-then-hang')
-    const first = await call('/apply-then-hang', k)
-    expect(first.status).toBe(504)
-    expect(first.json().type).toBe(`${P}upstream-timeout`)
-    const retry = await call('/apply-then-hang', k)
-    expect(retry.status).toBe(409)
-    expect(retry.json().type).toBe(`${P}outcome-unknown`)
+    expectProblem(await call('/apply-then-hang', k), { status: 504, type: 'upstream-timeout' })
+    expectProblem(await call('/apply-then-hang', k), { status: 409, type: 'outcome-unknown' })
     expect(up.count('/apply-then-hang')).toBe(before + 1)
     const m = await metrics(gw.adminUrl)
     expect(metric(m, 'fencegate_unknown_outcomes_total', { route: 'main', reason: 'timeout' })).toBeGreaterThanOrEqual(1)
@@ -263,9 +238,7 @@ describe('idempotency keys', () => {
 
   test('scope: a request that does not carry what the scope names is refused, not put in a shared bucket', async () => {
     const before = up.count('/scoped/anon')
-    const r = await call('/scoped/anon', key())
-    expect(r.status).toBe(400)
-    expect(r.json().type).toBe(`${P}idempotency-key-malformed`)
+    expectProblem(await call('/scoped/anon', key()), { status: 400, type: 'idempotency-key-malformed' })
     expect(up.count('/scoped/anon')).toBe(before)
   })
 
@@ -274,7 +247,7 @@ describe('idempotency keys', () => {
     const before = up.count('/short/x')
     await call('/short/x', k)
     expect((await call('/short/x', k)).headers['idempotent-replayed']).toBe('true')
-    await new Promise((r) => setTimeout(r, 1100))
+    await sleep(1100)
     expect((await call('/short/x', k)).headers['idempotent-replayed']).toBeUndefined()
     expect(up.count('/short/x')).toBe(before + 2)
   })
@@ -287,9 +260,7 @@ describe('idempotency keys', () => {
       expect(r.body.length).toBe(5000)
     }, 'fencegate_idempotency_total', { route: 'small', result: 'not_stored' })
     expect(notStored).toBe(1)
-    const again = await call('/small/large?bytes=5000', k)
-    expect(again.status).toBe(409)
-    expect(again.json()).toMatchObject({ type: `${P}response-not-stored`, originalStatus: 200 })
+    expectProblem(await call('/small/large?bytes=5000', k), { status: 409, type: 'response-not-stored', members: { originalStatus: 200 } })
     expect(up.count('/small/large')).toBe(1)
   })
 
@@ -308,7 +279,7 @@ describe('idempotency keys', () => {
     expect((await call(`/fenced/${r}`, key(), {}, { 'fencing-token': '9' })).status).toBe(201)
     const before = up.count(`/fenced/${r}`)
     // no key, a malformed key: the stale token is what the client hears about
-    expect((await call(`/fenced/${r}`, undefined, {}, { 'fencing-token': '3' })).json().type).toBe('urn:fencegate:problem:stale-fencing-token')
+    expectProblem(await call(`/fenced/${r}`, undefined, {}, { 'fencing-token': '3' }), { status: 412, type: 'stale-fencing-token' })
     expect((await call(`/fenced/${r}`, 'x'.repeat(300), {}, { 'fencing-token': '3' })).status).toBe(412)
     // a well-formed key sent with a stale token is not claimed: the current holder can use it
     const k = key()
@@ -330,5 +301,37 @@ describe('idempotency keys', () => {
       expect(metric(m1, 'fencegate_idempotency_total', { route: 'main', result }) - metric(m0, 'fencegate_idempotency_total', { route: 'main', result })).toBe(1)
     }
     expect(metric(m1, 'fencegate_requests_total', { route: 'main', outcome: 'replayed' })).toBeGreaterThan(metric(m0, 'fencegate_requests_total', { route: 'main', outcome: 'replayed' }))
+  })
+})
+
+describe('a retry after an unknown outcome that does nothing upstream', () => {
+  // unknownOutcome: retry lets the key be claimed again after an unknown outcome; when that retry
+  // then never reaches the upstream (connect refused, or a release status), nothing is known about
+  // the first attempt's effect yet: the record must read as unknown again, not be released as if
+  // the key were new
+  test('the earlier unknown outcome is put back: still listed, and the next retry is again a duplicate forward', async () => {
+    const up = await startUpstream()
+    const gw = await startTestGateway({
+      routes: [{ name: 'retry', path: '/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { required: true, unknownOutcome: 'retry' } }],
+    })
+    try {
+      const k = key()
+      const attempt = () => post(`${gw.url}/apply-then-hang`, { a: 1 }, { 'idempotency-key': k })
+      const dup = () => metrics(gw.adminUrl).then((m) => metric(m, 'fencegate_duplicate_forwards_total', { route: 'retry' }))
+      const unknown = async () => ((await send(`${gw.adminUrl}/unknown`)).json() as { unknown: unknown[] }).unknown.length
+      expect((await attempt()).status).toBe(504) // applied upstream, then timed out: outcome unknown
+      expect(up.count('/apply-then-hang')).toBe(1)
+      expect(await unknown()).toBe(1)
+      await up.close() // the retries are refused at connect: nothing reaches an upstream
+      const d0 = await dup()
+      expectProblem(await attempt(), { status: 502, type: 'upstream-unavailable' })
+      expect(await dup()).toBe(d0 + 1)
+      expect(await unknown()).toBe(1) // put back, reason timeout, not forgotten
+      expectProblem(await attempt(), { status: 502, type: 'upstream-unavailable' })
+      expect(await dup()).toBe(d0 + 2) // claimed again after the same unknown outcome, counted again
+    } finally {
+      await gw.close()
+      await up.close().catch(() => {})
+    }
   })
 })

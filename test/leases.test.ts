@@ -8,44 +8,32 @@
 import { spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
-import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { CLI, startTestGateway, route, type TestGateway } from './helpers/gateway.js'
-import { metric, metrics, post, send } from './helpers/http.js'
+import { beforeAll, describe, expect, test } from 'vitest'
+import { CLI, gatewayConfig, withGateway, type GatewaySpec } from './helpers/gateway.js'
+import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
+import { sleep } from './helpers/wait.js'
 import { retryAfterSeconds, EffectDurations } from '../src/idempotency/retry-after.js'
 import { routeLeases, human } from '../src/audit/leases.js'
 import { parseConfig } from '../src/config/load.js'
 
-const P = 'urn:fencegate:problem:'
-let up: Upstream
-let gw: TestGateway
-let configPath: string
 const run = Date.now().toString(36)
 
-const YAML = (upstream: string) => `store:
-  kind: sqlite
-  path: @DIR@/fg.db
-routes:
-${route('work', '/work/:res/*', upstream, `    fencing:
-      resource: "job:{param.res}"
-    idempotency:
-      lease: 30s
-`)}${route('sized', '/sized/:res/*', upstream, `    fencing:
-      resource: "sized:{param.res}"
-    idempotency:
-      lease: 2s
-`)}${route('retry', '/retry/*', upstream, `    idempotency:
-      lease: 30s
-`)}${route('plain', '/plain/*', upstream)}`
-
-beforeAll(async () => {
-  up = await startUpstream()
-  gw = await startTestGateway(YAML(up.url))
-  configPath = join(gw.dir, 'fencegate.yaml')
-  writeFileSync(configPath, `listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n${YAML(up.url).replaceAll('@DIR@', gw.dir)}`)
+const config = (upstream: string): GatewaySpec => ({
+  store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+  routes: [
+    { name: 'work', path: '/work/:res/*', upstream, fencing: { resource: 'job:{param.res}' }, idempotency: { lease: '30s' } },
+    { name: 'sized', path: '/sized/:res/*', upstream, fencing: { resource: 'sized:{param.res}' }, idempotency: { lease: '2s' } },
+    { name: 'retry', path: '/retry/*', upstream, idempotency: { lease: '30s' } },
+    { name: 'plain', path: '/plain/*', upstream },
+  ],
 })
-afterAll(async () => { await gw?.close(); await up?.close() })
+const { up, gw } = withGateway((up) => config(up.url))
+/** the same config in a file, on the gateway's store, for the CLI */
+let configPath: string
+beforeAll(() => {
+  configPath = join(gw.dir, 'fencegate.yaml')
+  writeFileSync(configPath, gatewayConfig(config(up.url)).replaceAll('@DIR@', gw.dir))
+})
 
 const write = (path: string, token: string, key?: string) => post(`${gw.url}${path}`, {}, { 'fencing-token': token, ...(key ? { 'idempotency-key': key } : {}) })
 const count = async (name: string, labels: Record<string, string>) => metric(await metrics(gw.adminUrl), name, labels)
@@ -58,31 +46,27 @@ describe('a 412 says how long ago the writer was superseded', () => {
     const took = Date.now() // before the write: the mark's since is taken while it is handled
     expect((await write(`/work/${res}/apply`, '5', `${res}-k1`)).status).toBe(201) // admit: raises the mark
     await sleep(300)
-    const first = await write(`/work/${res}/apply`, '4', `${res}-k2`)
-    expect(first.status).toBe(412)
-    const body = first.json()
-    expect(body).toMatchObject({ type: `${P}stale-fencing-token`, token: '4', highestToken: '5' })
+    const body = expectProblem(await write(`/work/${res}/apply`, '4', `${res}-k2`), {
+      status: 412, type: 'stale-fencing-token', members: { token: '4', highestToken: '5' },
+      detail: /\(token 5 took over \d+ ms before this request\)\.$/,
+    })
     expect(body.supersededForMs).toBeGreaterThanOrEqual(280)
     expect(body.supersededForMs).toBeLessThanOrEqual(Date.now() - took)
-    expect(body.detail).toMatch(/\(token 5 took over \d+ ms before this request\)\.$/)
 
     // the same holder writes again (equal token, no key: the fence alone): the mark's since stays
     expect((await write(`/work/${res}/apply`, '5')).status).toBe(201)
     await sleep(1100)
-    const later = (await write(`/work/${res}/apply`, '4')).json()
+    const later = expectProblem(await write(`/work/${res}/apply`, '4'), { status: 412, type: 'stale-fencing-token', detail: /took over 1\.\d s before this request/ })
     expect(later.supersededForMs).toBeGreaterThanOrEqual(1380)
-    expect(later.detail).toMatch(/took over 1\.\d s before this request/)
 
     // a newer generation: a writer one behind is late by about nothing
     expect((await write(`/work/${res}/apply`, '6', `${res}-k3`)).status).toBe(201)
-    const fresh = (await write(`/work/${res}/apply`, '5', `${res}-k4`)).json()
-    expect(fresh.highestToken).toBe('6')
+    const fresh = expectProblem(await write(`/work/${res}/apply`, '5', `${res}-k4`), { status: 412, type: 'stale-fencing-token', members: { highestToken: '6' } })
     expect(fresh.supersededForMs).toBeLessThan(300)
 
     // stale and with a key it cannot use: 412 first (precedence), the mark read, not raised
-    const refused = await write(`/work/${res}/apply`, '3', 'x'.repeat(256))
-    expect(refused.status).toBe(412)
-    expect(refused.json().supersededForMs).toBeGreaterThanOrEqual(0)
+    const refused = expectProblem(await write(`/work/${res}/apply`, '3', 'x'.repeat(256)), { status: 412, type: 'stale-fencing-token' })
+    expect(refused.supersededForMs).toBeGreaterThanOrEqual(0)
 
     expect(await count('fencegate_fencing_stale_lateness_seconds_count', { route: 'work' })).toBe(lateBefore + 4)
     expect(await count('fencegate_fencing_generations_total', { route: 'work' })).toBe(gensBefore + 2)
@@ -91,7 +75,7 @@ describe('a 412 says how long ago the writer was superseded', () => {
     await gw.audit.flush()
     const t = (await send(`${gw.adminUrl}/audit/timeline?resource=${encodeURIComponent(`job:${res}`)}`)).json()
     const stale = t.entries.filter((e: { outcome: string }) => e.outcome === 'stale')
-    expect(stale.map((e: { lateMs: number }) => e.lateMs)).toEqual([body.supersededForMs, later.supersededForMs, fresh.supersededForMs, refused.json().supersededForMs])
+    expect(stale.map((e: { lateMs: number }) => e.lateMs)).toEqual([body.supersededForMs, later.supersededForMs, fresh.supersededForMs, refused.supersededForMs])
     const forwarded = t.entries.filter((e: { outcome: string }) => e.outcome === 'forwarded')
     expect(forwarded).toHaveLength(3)
     for (const e of forwarded) expect(e.upstreamMs).toBeGreaterThan(0)
@@ -177,8 +161,7 @@ describe('Retry-After of a 409 request-in-flight', () => {
     const lone = post(`${gw.url}/retry/slow?ms=400`, {}, { 'idempotency-key': k0 })
     await sleep(100)
     const early = await post(`${gw.url}/retry/slow?ms=400`, {}, { 'idempotency-key': k0 })
-    expect(early.status).toBe(409)
-    expect(early.headers['retry-after']).toBe('1')
+    expectProblem(early, { status: 409, type: 'request-in-flight', headers: { 'retry-after': '1' } })
     await lone
     // the upstream takes 1.6 s (upstream.timeout is 2 s): a repeat is told to come back in 2 s
     const warm = await Promise.all(Array.from({ length: 6 }, (_, i) => post(`${gw.url}/retry/slow?ms=1600`, {}, { 'idempotency-key': `warm-${run}-${i}` })))
@@ -187,9 +170,7 @@ describe('Retry-After of a 409 request-in-flight', () => {
     const firstAttempt = post(`${gw.url}/retry/slow?ms=1600`, {}, { 'idempotency-key': k })
     await sleep(100)
     const repeat = await post(`${gw.url}/retry/slow?ms=1600`, {}, { 'idempotency-key': k })
-    expect(repeat.status).toBe(409)
-    expect(repeat.json().type).toBe(`${P}request-in-flight`)
-    expect(repeat.headers['retry-after']).toBe('2')
+    expectProblem(repeat, { status: 409, type: 'request-in-flight', headers: { 'retry-after': '2' } })
     expect((await firstAttempt).status).toBe(200)
   })
 

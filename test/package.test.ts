@@ -14,6 +14,7 @@ import { join, resolve } from 'node:path'
 import { afterAll, expect, test } from 'vitest'
 import { freePort, tempDir } from './helpers/gateway.js'
 import { post, send } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const dir = tempDir('fg-pack-')
@@ -68,18 +69,16 @@ routes:
       required: true
 `)
   expect(await run('npx', ['--no-install', 'fencegate', 'check-config', '--config', 'fencegate.yaml'], app)).toContain('ok (1 route)')
-  const gw = spawn('npx', ['--no-install', 'fencegate', '--config', 'fencegate.yaml', '--with-sample'], { cwd: app, stdio: ['ignore', 'pipe', 'pipe'] })
+  const gw = spawn('npx', ['--no-install', 'fencegate', '--config', 'fencegate.yaml', '--with-sample', 'node_modules/fencegate/dist/examples/payments/server.js'], { cwd: app, stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
   gw.stdout.on('data', (d) => { out += d })
   gw.stderr.on('data', (d) => { out += d })
   try {
-    const deadline = Date.now() + 15_000
-    for (;;) {
-      const r = await send(`http://127.0.0.1:${admin}/readyz`).catch(() => undefined)
-      if (r?.status === 200) break
-      if (Date.now() > deadline || gw.exitCode !== null) throw new Error(`the installed gateway did not start: ${out}`)
-      await new Promise((r) => setTimeout(r, 100))
-    }
+    const state = await until(async () => {
+      if (gw.exitCode !== null) return 'exited'
+      return (await send(`http://127.0.0.1:${admin}/readyz`)).status === 200 && 'ready'
+    }, { timeoutMs: 15_000, intervalMs: 100, message: () => `the installed gateway's /readyz to answer 200; its output: ${out}` })
+    if (state === 'exited') throw new Error(`the installed gateway did not start: ${out}`)
     const charge = await post(`http://127.0.0.1:${port}/accounts/acct-1/charges`, { amount: 5, currency: 'eur' }, { 'fencing-token': '1', 'idempotency-key': 'k-1' })
     expect(charge.status).toBe(201)
     expect(charge.json()).toMatchObject({ account: 'acct-1', amount: 5, fencingToken: '1' })

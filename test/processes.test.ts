@@ -5,7 +5,8 @@ import { join } from 'node:path'
 import { writeFileSync, rmSync, existsSync } from 'node:fs'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
-import { post, send, metrics, metric } from './helpers/http.js'
+import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
+import { sleep } from './helpers/wait.js'
 
 let up: Upstream
 const started: ChildGateway[] = []
@@ -18,7 +19,7 @@ afterAll(async () => { await up?.close(); for (const d of dirs) rmSync(d, { recu
 async function configIn(dir: string, name: string, lease = '1s') {
   const port = await freePort(), admin = await freePort()
   const file = join(dir, `${name}.yaml`)
-  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, lease, timeout: lease, store: '  kind: sqlite\n  path: ./shared.db', top: 'shutdown:\n  grace: 5s\n' }))
+  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, lease, timeout: lease, store: { kind: 'sqlite', path: './shared.db' }, more: { shutdown: { grace: '5s' } } }))
   return { file, port, admin, log: join(dir, `${name}.log`) }
 }
 
@@ -43,7 +44,7 @@ describe('durability with the sqlite store', () => {
     expect(existsSync(join(process.cwd(), 'shared.db'))).toBe(false)
     expect(await g.stop()).toBe(0)
     g = await gw.start()
-    expect((await write(g, 'r', '4', 'k2')).status).toBe(412)
+    expectProblem(await write(g, 'r', '4', 'k2'), { status: 412, type: 'stale-fencing-token' })
     const replay = await write(g, 'r', '5', 'k1')
     expect(replay.headers['idempotent-replayed']).toBe('true')
     expect(replay.body.equals(first.body)).toBe(true)
@@ -57,7 +58,7 @@ describe('durability with the sqlite store', () => {
     expect(first.status).toBe(201)
     await g.stop('SIGKILL')
     g = await gw.start()
-    expect((await write(g, 'r', '8', 'k2')).json().highestToken).toBe('9')
+    expectProblem(await write(g, 'r', '8', 'k2'), { status: 412, type: 'stale-fencing-token', members: { highestToken: '9' } })
     expect((await write(g, 'r', '9', 'k1')).body.equals(first.body)).toBe(true)
   })
 
@@ -67,7 +68,7 @@ describe('durability with the sqlite store', () => {
     const gw = await gateway(dir, 'a', '4s')
     let g = await gw.start()
     const hung = write(g, 'r', '1', 'crash-key', 'apply-then-hang').catch(() => 'gone')
-    await new Promise((r) => setTimeout(r, 200))
+    await sleep(200)
     const claimedAt = Date.now() - 200
     const effects = up.count('/ledger/r/apply-then-hang')
     expect(effects).toBe(1)
@@ -76,12 +77,10 @@ describe('durability with the sqlite store', () => {
     g = await gw.start()
     const during = await write(g, 'r', '1', 'crash-key', 'apply-then-hang')
     expect(Date.now() - claimedAt).toBeLessThan(4000)
-    expect(during.status).toBe(409)
-    expect(during.json().type).toBe('urn:fencegate:problem:request-in-flight')
-    await new Promise((r) => setTimeout(r, Math.max(0, claimedAt + 4100 - Date.now())))
+    expectProblem(during, { status: 409, type: 'request-in-flight' })
+    await sleep(Math.max(0, claimedAt + 4100 - Date.now())) // the lease ends
     const after = await write(g, 'r', '1', 'crash-key', 'apply-then-hang')
-    expect(after.status).toBe(409)
-    expect(after.json()).toMatchObject({ type: 'urn:fencegate:problem:outcome-unknown', reason: 'crash' })
+    expectProblem(after, { status: 409, type: 'outcome-unknown', members: { reason: 'crash' } })
     expect(up.count('/ledger/r/apply-then-hang')).toBe(effects)
     expect(metric(await metrics(g.adminUrl), 'fencegate_unknown_outcomes_total', { route: 'ledger', reason: 'crash' })).toBe(1)
   })
@@ -91,9 +90,9 @@ describe('durability with the sqlite store', () => {
     const gw = await gateway(dir, 'a')
     const g = await gw.start()
     const slow = write(g, 'r', '1', 'slow-key', 'slow?ms=600')
-    await new Promise((r) => setTimeout(r, 150))
+    await sleep(150)
     const exit = g.stop('SIGTERM')
-    await new Promise((r) => setTimeout(r, 100))
+    await sleep(100)
     await expect(send(`${g.url}/ledger/r/x`)).rejects.toThrow()
     expect((await slow).status).toBe(200)
     expect(await exit).toBe(0)
@@ -112,9 +111,7 @@ describe('two gateway processes sharing one SQLite file', () => {
 
   test('a stale token sent to B after a newer one passed A is rejected', async () => {
     expect((await write(a, 'shared', '6', 'ka')).status).toBe(201)
-    const stale = await write(b, 'shared', '5', 'kb')
-    expect(stale.status).toBe(412)
-    expect(stale.json().highestToken).toBe('6')
+    expectProblem(await write(b, 'shared', '5', 'kb'), { status: 412, type: 'stale-fencing-token', members: { highestToken: '6' } })
   })
 
   test('a key completed on A replays on B', async () => {

@@ -14,8 +14,9 @@ import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-tr
 import { startTracing, type Tracing } from '../src/telemetry/sdk.js'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { startTestGateway, freePort, type TestGateway } from './helpers/gateway.js'
-import { post, send } from './helpers/http.js'
+import { expectProblem, post, send } from './helpers/http.js'
 import { requireBinary, promtool, startPrometheus, type Prometheus } from './helpers/prometheus.js'
+import { sleep, until } from './helpers/wait.js'
 import { STORE_OPS } from '../src/telemetry/metrics.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
@@ -38,44 +39,22 @@ beforeAll(async () => {
   tracing = startTracing({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
   up = await startUpstream()
   const closed = await freePort()
-  const upstream = (url: string, timeout = '300ms') => `    upstream:
-      url: ${url}
-      timeout: ${timeout}`
-  gw = await startTestGateway(`store:
-  kind: sqlite
-  path: "@DIR@/fg.db"
-  timeout: 300ms
-routes:
-  - name: pay
-    match:
-      path: "/pay/:acct/*"
-${upstream(up.url, '600ms')}
-    fencing:
-      resource: "acct:{param.acct}"
-    idempotency:
-      required: true
-      maxResponseBytes: 1KiB
-  - name: retry
-    match:
-      path: "/retry/*"
-${upstream(up.url)}
-    idempotency:
-      unknownOutcome: retry
-  - name: down
-    match:
-      path: "/down/*"
-${upstream(`http://127.0.0.1:${closed}`)}
-  - name: flaky
-    match:
-      path: "/flaky/*"
-${upstream(up.url)}
-`)
+  const upstream = (url: string, timeout = '300ms') => ({ url, timeout })
+  gw = await startTestGateway({
+    store: { kind: 'sqlite', path: '@DIR@/fg.db', timeout: '300ms' },
+    routes: [
+      { name: 'pay', path: '/pay/:acct/*', upstream: upstream(up.url, '600ms'), fencing: { resource: 'acct:{param.acct}' }, idempotency: { required: true, maxResponseBytes: '1KiB' } },
+      { name: 'retry', path: '/retry/*', upstream: upstream(up.url), idempotency: { unknownOutcome: 'retry' } },
+      { name: 'down', path: '/down/*', upstream: upstream(`http://127.0.0.1:${closed}`) },
+      { name: 'flaky', path: '/flaky/*', upstream: upstream(up.url) },
+    ],
+  })
   fresh = (await send(`${gw.adminUrl}/metrics`)).text
   expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(200) // fencegate_store_up
   // the gateway's admin listener, and one that is down (the FencegateDown alert has data)
   prom = await startPrometheus({ targets: [new URL(gw.adminUrl).host, `127.0.0.1:${await freePort()}`], ruleFiles: [RULES] })
   // Prometheus holds the fresh gateway's zeros before the first request
-  await until(async () => (await instant('fencegate_duplicate_forwards_total{route="retry"} == 0')).length === 1, 'Prometheus scraping the gateway\'s zeros')
+  await untilPrometheus(async () => (await instant('fencegate_duplicate_forwards_total{route="retry"} == 0')).length === 1, 'Prometheus scraping the gateway\'s zeros')
   await traffic()
   // the upstream's status codes cannot be known in advance, so its code="500" series is born at
   // its first count (3): more 500s after a scrape give FencegateUpstream5xxRatio a rate
@@ -83,7 +62,7 @@ ${upstream(up.url)}
   for (let i = 0; i < 3; i++) expect((await send(`${gw.url}/flaky/status/500`)).status).toBe(500)
   await sleep(2500)
   // the gateway counts the store's unknown records every 15 s (src/audit/unknown.ts)
-  await until(async () => (await instant('fencegate_unknown_outcomes_unresolved{route="pay"} > 0')).length === 1, 'the unresolved unknown outcomes counted', 20_000)
+  await untilPrometheus(async () => (await instant('fencegate_unknown_outcomes_unresolved{route="pay"} > 0')).length === 1, 'the unresolved unknown outcomes counted', 20_000)
 }, 60_000)
 afterAll(async () => {
   await prom?.close()
@@ -92,14 +71,9 @@ afterAll(async () => {
   await tracing?.shutdown()
 })
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-async function until(check: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!(await check().catch(() => false))) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${prom?.log()}`)
-    await sleep(200)
-  }
-}
+/** At Prometheus's pace (it scrapes and evaluates every second): `until`, polling every 200 ms for up to `ms`; a failure shows its log. */
+const untilPrometheus = (check: () => Promise<boolean>, what: string, ms = 15_000) =>
+  until(check, { timeoutMs: ms, intervalMs: 200, message: () => `${what}\n${prom?.log()}` })
 
 /** Instant query; the result vector (throws on a query error). */
 async function instant(query: string): Promise<{ metric: Record<string, string>; value: [number, string] }[]> {
@@ -167,10 +141,8 @@ async function traffic(): Promise<void> {
   } finally {
     meta.close()
   }
-  await until(async () => (await send(`${gw.adminUrl}/readyz`)).status === 503, 'the gateway to see the lost state')
-  const lost = await pay('/charges', `lost${n}`)
-  expect(lost.status).toBe(503)
-  expect(lost.json().type).toBe('urn:fencegate:problem:store-state-lost')
+  await untilPrometheus(async () => (await send(`${gw.adminUrl}/readyz`)).status === 503, 'the gateway to see the lost state')
+  expectProblem(await pay('/charges', `lost${n}`), { status: 503, type: 'store-state-lost' })
 }
 
 /**
@@ -347,9 +319,11 @@ describe('against a real Prometheus', () => {
       return expected.filter(([name, labels]) => !alerts.some((a) => a.labels.alertname === name && a.state === 'firing'
         && Object.entries(labels).every(([k, v]) => a.labels[k] === v))).map(([name, labels]) => `${name} ${JSON.stringify(labels)}`)
     }
-    await until(async () => (await missing()).length === 0, 'the alerts to fire').catch(async (e) => {
-      throw new Error(`${(e as Error).message}; not firing: ${(await missing()).join(', ')}`)
-    })
+    await untilPrometheus(async () => {
+      const notFiring = await missing()
+      if (notFiring.length) throw new Error(`not firing: ${notFiring.join(', ')}`)
+      return true
+    }, 'the alerts to fire')
     const rules = (await prom.api('/api/v1/rules')).data.groups.flatMap((g: any) => g.rules)
     expect(rules.map((r: any) => r.name).sort()).toEqual(RULE_NAMES)
     for (const r of rules) expect(r.health, `${r.name}: ${r.lastError}`).toBe('ok')

@@ -2,26 +2,16 @@
 // contract's) releases the claim on "not done" answers and stores everything else; a route may
 // add the statuses its upstream answers without doing anything (Stripe keeps no validation
 // failures), so a corrected retry with the same key is forwarded instead of replayed for 24 h.
-import { afterAll, beforeAll, expect, test } from 'vitest'
-import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
+import { expect, test } from 'vitest'
+import { withGateway } from './helpers/gateway.js'
 import { metric, metrics, post } from './helpers/http.js'
 
-let up: Upstream
-let gw: TestGateway
-beforeAll(async () => {
-  up = await startUpstream()
-  gw = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('strict', '/strict/*', up.url, `    idempotency:
-      required: true
-`)}${route('lenient', '/lenient/*', up.url, `    idempotency:
-      required: true
-      releaseStatuses: [400, 422, 429, 502, 503, 504]
-`)}`)
-})
-afterAll(async () => { await gw?.close(); await up?.close() })
+const { up, gw } = withGateway((up) => ({
+  routes: [
+    { name: 'strict', path: '/strict/*', upstream: up.url, idempotency: { required: true } },
+    { name: 'lenient', path: '/lenient/*', upstream: up.url, idempotency: { required: true, releaseStatuses: [400, 422, 429, 502, 503, 504] } },
+  ],
+}))
 
 test('the default stores a 422 and replays it; a route listing 422 releases the key and forwards the retry', async () => {
   const key = { 'idempotency-key': 'charge-1' }

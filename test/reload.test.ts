@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { CLI, freePort, ledgerConfig, spawnGateway, tempDir, type ChildGateway } from './helpers/gateway.js'
 import { metric, metrics, post } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const dir = tempDir('fg-reload-')
 let a: Upstream
@@ -23,14 +24,9 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-async function until(ok: () => boolean | Promise<boolean>, ms = 10_000): Promise<boolean> {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    if (await ok()) return true
-    await new Promise((r) => setTimeout(r, 25))
-  }
-  return ok()
-}
+/** Waits (up to 10 s) until the gateway's log contains `text`. */
+const logged = (gw: ChildGateway, text: string) =>
+  until(() => gw.log().includes(text), { timeoutMs: 10_000, message: () => `${JSON.stringify(text)} in the gateway's log: ${gw.log()}` })
 
 const charge = (gw: ChildGateway, i: number, path = 'slow?ms=1500') =>
   post(`${gw.url}/ledger/r${i}/${path}`, { amount: i }, { 'fencing-token': '1', 'idempotency-key': `key-${i}` })
@@ -40,20 +36,20 @@ describe('SIGHUP', () => {
     const port = await freePort()
     const admin = await freePort()
     const file = join(dir, 'single.yaml')
-    const store = `  kind: sqlite\n  path: ./single.db`
-    const configFor = (upstream: string) => ledgerConfig({ port, admin, store, upstream })
+    const store = { kind: 'sqlite', path: './single.db' } as const
+    const configFor = (upstream: string, timeout?: string) => ledgerConfig({ port, admin, store, upstream, timeout })
     writeFileSync(file, configFor(a.url))
     const gw = await spawnGateway(file, port, admin, join(dir, 'single.log'))
     children.push(gw)
 
     // 20 requests held by upstream A for 1.5 s each
     const inFlight = Array.from({ length: 20 }, (_, i) => charge(gw, i))
-    expect(await until(() => a.count('/ledger/') === 20)).toBe(true)
+    await until(() => a.count('/ledger/') === 20, { timeoutMs: 10_000, message: '20 requests held at upstream A' })
 
     // the route now points at upstream B
     writeFileSync(file, configFor(b.url))
     gw.child.kill('SIGHUP')
-    expect(await until(() => gw.log().includes('"msg":"config reloaded"'))).toBe(true)
+    await logged(gw, '"msg":"config reloaded"')
     expect(gw.child.exitCode).toBe(null)
     const fresh = await charge(gw, 100, 'apply')
     expect(fresh.status).toBe(201)
@@ -77,14 +73,14 @@ describe('SIGHUP', () => {
     expect(metric(m, 'fencegate_config_reloads_total', { result: 'refused' })).toBe(0)
 
     // a file that does not validate: refused, logged, counted; the running config stays
-    writeFileSync(file, configFor(b.url).replace('timeout: 5s', 'timeout: soon'))
+    writeFileSync(file, configFor(b.url, 'soon'))
     gw.child.kill('SIGHUP')
-    expect(await until(() => gw.log().includes('config reload refused: the file does not validate'))).toBe(true)
+    await logged(gw, 'config reload refused: the file does not validate')
     expect(gw.log()).toContain('routes[0].upstream.timeout: \\"soon\\" is not a duration')
     // a file that changes what needs a restart: refused, naming it
-    writeFileSync(file, ledgerConfig({ port: port + 1, admin, store: `  kind: sqlite\n  path: ./other.db`, upstream: a.url }))
+    writeFileSync(file, ledgerConfig({ port: port + 1, admin, store: { kind: 'sqlite', path: './other.db' }, upstream: a.url }))
     gw.child.kill('SIGHUP')
-    expect(await until(() => gw.log().includes('config reload refused: it changes listen, store.path'))).toBe(true)
+    await logged(gw, 'config reload refused: it changes listen, store.path')
     m = await metrics(gw.adminUrl)
     expect(metric(m, 'fencegate_config_reloads_total', { result: 'refused' })).toBe(2)
     expect(metric(m, 'fencegate_config_reloads_total', { result: 'applied' })).toBe(1)
@@ -103,7 +99,7 @@ describe('SIGHUP', () => {
     const port = await freePort()
     const admin = await freePort()
     const file = join(dir, 'workers.yaml')
-    const store = `  kind: sqlite\n  path: ./workers.db`
+    const store = { kind: 'sqlite', path: './workers.db' } as const
     writeFileSync(file, ledgerConfig({ port, admin, store, upstream: a.url }))
     const gw = await spawnGateway(file, port, admin, join(dir, 'workers.log'), ['--workers', '2'])
     children.push(gw)
@@ -112,7 +108,7 @@ describe('SIGHUP', () => {
     writeFileSync(file, ledgerConfig({ port, admin, store, upstream: b.url }))
     gw.child.kill('SIGHUP')
     // the primary and both workers say so
-    expect(await until(() => gw.log().split('"msg":"config reloaded').length - 1 === 3)).toBe(true)
+    await until(() => gw.log().split('"msg":"config reloaded').length - 1 === 3, { timeoutMs: 10_000, message: () => `three "config reloaded" lines in the gateway's log: ${gw.log()}` })
     // every worker now sends to B (fresh connections are spread over the workers)
     for (let i = 200; i < 210; i++) expect((await charge(gw, i, 'apply')).status).toBe(201)
     expect(b.count('/ledger/') - bBefore).toBe(10)
@@ -120,7 +116,7 @@ describe('SIGHUP', () => {
     // a bad file: refused once, by the primary, and not forwarded
     writeFileSync(file, 'routes: [\n')
     gw.child.kill('SIGHUP')
-    expect(await until(() => gw.log().includes('config reload refused'))).toBe(true)
+    await logged(gw, 'config reload refused')
     expect(metric(await metrics(gw.adminUrl), 'fencegate_config_reloads_total', { result: 'refused' })).toBe(1)
     expect(gw.log().split('config reload refused').length - 1).toBe(1)
     expect((await charge(gw, 300, 'apply')).status).toBe(201)

@@ -8,8 +8,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
-import { post, metrics, metric } from './helpers/http.js'
+import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway, type StoreInput } from './helpers/gateway.js'
+import { expectProblem, post, metrics, metric } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -17,15 +18,15 @@ const run = randomUUID().replaceAll('-', '').slice(0, 10)
 
 interface Shared {
   kind: 'redis' | 'postgres'
-  /** the store block of the config */
-  store: string
+  /** the config's store */
+  store: StoreInput
   drop(): Promise<void>
 }
 
 const stores: Shared[] = [
   {
     kind: 'redis',
-    store: `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fgrep-${run}`,
+    store: { kind: 'redis', url: REDIS_URL, keyPrefix: `fgrep-${run}` },
     drop: async () => {
       const r = new Redis(REDIS_URL)
       let cursor = '0'
@@ -39,7 +40,7 @@ const stores: Shared[] = [
   },
   {
     kind: 'postgres',
-    store: `  kind: postgres\n  url: ${PG_URL}\n  schema: fgrep_${run}\n  pool: 4`,
+    store: { kind: 'postgres', url: PG_URL, schema: `fgrep_${run}`, pool: 4 },
     drop: async () => {
       const c = new pg.Client({ connectionString: PG_URL })
       await c.connect()
@@ -82,12 +83,10 @@ describe.each(stores)('two replicas sharing $kind', (shared) => {
 
   test('a stale token sent to B after a newer one passed A is rejected (412)', async () => {
     expect((await write(a, 'stale', '7', 'k-a')).status).toBe(201)
-    const stale = await write(b, 'stale', '6', 'k-b')
-    expect(stale.status).toBe(412)
-    expect(stale.json()).toMatchObject({ type: 'urn:fencegate:problem:stale-fencing-token', token: '6', highestToken: '7' })
+    expectProblem(await write(b, 'stale', '6', 'k-b'), { status: 412, type: 'stale-fencing-token', members: { token: '6', highestToken: '7' } })
     // and the other way round, at the top of the range
     expect((await write(b, 'stale', '9223372036854775807', 'k-b2')).status).toBe(201)
-    expect((await write(a, 'stale', '9223372036854775806', 'k-a2')).json().highestToken).toBe('9223372036854775807')
+    expectProblem(await write(a, 'stale', '9223372036854775806', 'k-a2'), { status: 412, type: 'stale-fencing-token', members: { highestToken: '9223372036854775807' } })
   })
 
   test('a key completed on A replays on B, byte for byte, without calling the upstream', async () => {
@@ -109,7 +108,7 @@ describe.each(stores)('two replicas sharing $kind', (shared) => {
     for (const r of replies) {
       if (r === fresh[0]) continue
       // the others were told it is in flight, or (once it completed) got the replay
-      if (r.status === 409) expect(r.json().type).toBe('urn:fencegate:problem:request-in-flight')
+      if (r.status === 409) expectProblem(r, { status: 409, type: 'request-in-flight' })
       else expect([r.status, r.headers['idempotent-replayed']]).toEqual([201, 'true'])
     }
     const stored = metric(await metrics(a.adminUrl), 'fencegate_idempotency_total', { result: 'stored' }) +
@@ -120,12 +119,10 @@ describe.each(stores)('two replicas sharing $kind', (shared) => {
   test('a claim in flight on A gets 409 request-in-flight on B', async () => {
     const slow = write(a, 'held', '1', 'k-held', 'slow?ms=1500')
     // wait until A's request reached the upstream: the claim is held from then on
-    for (let i = 0; i < 100 && calls('held', 'slow') === 0; i++) await new Promise((r) => setTimeout(r, 20))
+    await until(() => calls('held', 'slow') > 0, { timeoutMs: 2000, message: 'A\'s request to reach the upstream' })
     expect(calls('held', 'slow')).toBe(1)
     const onB = await write(b, 'held', '1', 'k-held', 'slow?ms=1500')
-    expect(onB.status).toBe(409)
-    expect(onB.json().type).toBe('urn:fencegate:problem:request-in-flight')
-    expect(Number(onB.headers['retry-after'])).toBeGreaterThanOrEqual(1)
+    expectProblem(onB, { status: 409, type: 'request-in-flight', headers: { 'retry-after': /^[1-9]\d*$/ } })
     expect((await slow).status).toBe(200)
     // once A finished, B replays A's answer
     const after = await write(b, 'held', '1', 'k-held', 'slow?ms=1500')

@@ -7,8 +7,9 @@ import { join } from 'node:path'
 import { renameSync, writeFileSync, copyFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, route, CLI, type TestGateway } from './helpers/gateway.js'
-import { post, send, metrics, metric } from './helpers/http.js'
+import { startTestGateway, gatewayConfig, CLI, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 let up: Upstream
@@ -18,12 +19,11 @@ beforeAll(async () => { up = await startUpstream(); redis = new Redis(REDIS_URL)
 afterEach(async () => { for (const g of gateways.splice(0)) await g.close() })
 afterAll(async () => { await up?.close(); redis?.disconnect() })
 
-const fencedRoutes = () => `routes:\n${route('ledger', '/ledger/:res', up.url, '    fencing:\n      resource: "{param.res}"\n')}`
-const until = async (what: () => Promise<boolean>, ms = 4000) => {
-  const end = Date.now() + ms
-  while (Date.now() < end) { if (await what()) return true; await new Promise((r) => setTimeout(r, 100)) }
-  return false
-}
+const ledger = (): RouteSpec => ({ name: 'ledger', path: '/ledger/:res', upstream: up.url })
+const fenced = (): RouteSpec => ({ ...ledger(), fencing: { resource: '{param.res}' } })
+/** Waits until /readyz answers `status` (the gateway sees the store's state on its own schedule). */
+const readyz = (gw: TestGateway, status: number) =>
+  until(async () => (await send(`${gw.adminUrl}/readyz`)).status === status, { timeoutMs: 4000, intervalMs: 100, message: `/readyz to answer ${status}` })
 /** Drops every key of a prefix: what a Redis restarted without persistence looks like. */
 async function wipe(prefix: string) {
   const keys = await redis.keys(`*fg:${prefix}:*`)
@@ -31,12 +31,13 @@ async function wipe(prefix: string) {
   return keys.length
 }
 
-async function redisGateway(prefix: string, policy: string) {
-  const store = `store:\n  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: ${prefix}\n  onStateLoss: ${policy}\n`
-  const gw = await startTestGateway(store + fencedRoutes())
+async function redisGateway(prefix: string, onStateLoss: 'fail-closed' | 'accept') {
+  const store: StoreInput = { kind: 'redis', url: REDIS_URL, keyPrefix: prefix, onStateLoss }
+  const gw = await startTestGateway({ store, routes: [fenced()] })
   gateways.push(gw)
+  // the same store for the CLI's accept-loss
   const file = join(gw.dir, 'accept.yaml')
-  writeFileSync(file, `${store}routes:\n${route('ledger', '/ledger/:res', up.url)}`)
+  writeFileSync(file, gatewayConfig({ store, routes: [ledger()] }))
   return { gw, file }
 }
 
@@ -46,11 +47,10 @@ describe('store state loss', () => {
     const { gw, file } = await redisGateway(prefix, 'fail-closed')
     expect((await post(`${gw.url}/ledger/a`, {}, { 'fencing-token': '5' })).status).toBe(201)
     expect(await wipe(prefix)).toBeGreaterThan(0)
-    expect(await until(async () => (await send(`${gw.adminUrl}/readyz`)).status === 503)).toBe(true)
+    await readyz(gw, 503)
     const before = up.count('/ledger/a')
     const r = await post(`${gw.url}/ledger/a`, {}, { 'fencing-token': '6' })
-    expect(r.status).toBe(503)
-    expect(r.json().type).toBe('urn:fencegate:problem:store-state-lost')
+    expectProblem(r, { status: 503, type: 'store-state-lost' })
     expect(up.count('/ledger/a')).toBe(before)
     const m = await metrics(gw.adminUrl)
     expect(metric(m, 'fencegate_store_state_lost', { store: 'redis' })).toBe(1)
@@ -60,7 +60,7 @@ describe('store state loss', () => {
     const accept = spawnSync(process.execPath, [CLI, 'store', 'accept-loss', '--config', file], { encoding: 'utf8' })
     expect(accept.stderr).toBe('')
     expect(accept.status).toBe(0)
-    expect(await until(async () => (await send(`${gw.adminUrl}/readyz`)).status === 200)).toBe(true)
+    await readyz(gw, 200)
     // the mark of 5 is gone: that is what the operator accepted
     expect((await post(`${gw.url}/ledger/a`, {}, { 'fencing-token': '1' })).status).toBe(201)
     expect(metric(await metrics(gw.adminUrl), 'fencegate_store_state_lost', { store: 'redis' })).toBe(0)
@@ -72,21 +72,20 @@ describe('store state loss', () => {
     const { gw } = await redisGateway(prefix, 'accept')
     expect((await post(`${gw.url}/ledger/b`, {}, { 'fencing-token': '5' })).status).toBe(201)
     await wipe(prefix)
-    expect(await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_store_state_losses_total', { store: 'redis' }) === 1)).toBe(true)
+    await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_store_state_losses_total', { store: 'redis' }) === 1, { timeoutMs: 4000, intervalMs: 100, message: 'the loss to be counted' })
     expect((await post(`${gw.url}/ledger/b`, {}, { 'fencing-token': '1' })).status).toBe(201)
     expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(200)
     await wipe(prefix)
   })
 
   test('a replaced SQLite file is detected: fenced routes fail closed', async () => {
-    const gw = await startTestGateway(`store:\n  kind: sqlite\n  path: @DIR@/fg.db\n${fencedRoutes()}`)
+    const gw = await startTestGateway({ store: { kind: 'sqlite', path: '@DIR@/fg.db' }, routes: [fenced()] })
     gateways.push(gw)
     expect((await post(`${gw.url}/ledger/c`, {}, { 'fencing-token': '5' })).status).toBe(201)
     // an operator restores an older copy over the live file
     copyFileSync(join(gw.dir, 'fg.db'), join(gw.dir, 'old.db'))
     renameSync(join(gw.dir, 'old.db'), join(gw.dir, 'fg.db'))
-    expect(await until(async () => (await send(`${gw.adminUrl}/readyz`)).status === 503)).toBe(true)
-    const r = await post(`${gw.url}/ledger/c`, {}, { 'fencing-token': '6' })
-    expect(r.json().type).toBe('urn:fencegate:problem:store-state-lost')
+    await readyz(gw, 503)
+    expectProblem(await post(`${gw.url}/ledger/c`, {}, { 'fencing-token': '6' }), { status: 503, type: 'store-state-lost' })
   })
 })

@@ -6,9 +6,10 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { openSync, closeSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, expect, test } from 'vitest'
-import { CLI, freePort, tempDir } from './helpers/gateway.js'
+import { CLI, freePort, gatewayConfig, tempDir } from './helpers/gateway.js'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { post, send } from './helpers/http.js'
+import { expectProblem, post, send } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 const dir = tempDir('fg-storedown-')
 const procs: ChildProcess[] = []
@@ -19,43 +20,20 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-async function until(ok: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    try { if (await ok()) return true } catch { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  return false
-}
-
 test('redis down at start-up: the gateway serves plain routes, fails closed on guarded ones, and connects once redis is up', async () => {
   up = await startUpstream()
   const [port, admin, redisPort] = [await freePort(), await freePort(), await freePort()]
   const file = join(dir, 'fencegate.yaml')
-  writeFileSync(file, `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-  kind: redis
-  url: redis://127.0.0.1:${redisPort}
-  keyPrefix: fg-storedown
-  timeout: 300ms
-routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${up.url}
-    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-  - name: plain
-    match:
-      path: /plain/*
-    upstream:
-      url: ${up.url}
-`)
+  writeFileSync(file, gatewayConfig({
+    listen: `127.0.0.1:${port}`,
+    admin: { listen: `127.0.0.1:${admin}` },
+    // nothing listens on redisPort yet
+    store: { kind: 'redis', url: `redis://127.0.0.1:${redisPort}`, keyPrefix: 'fg-storedown', timeout: '300ms' },
+    routes: [
+      { name: 'ledger', path: '/ledger/:res/*', upstream: up.url, fencing: { resource: '{param.res}' }, idempotency: { required: true } },
+      { name: 'plain', path: '/plain/*', upstream: up.url },
+    ],
+  }))
   const logPath = join(dir, 'gateway.log')
   const fd = openSync(logPath, 'a')
   const gw = spawn(process.execPath, [CLI, '--config', file], { stdio: ['ignore', fd, fd] })
@@ -66,14 +44,13 @@ routes:
   const log = () => readFileSync(logPath, 'utf8')
 
   // it starts and listens, though the store does not answer
-  expect(await until(async () => (await send(`${adminUrl}/healthz`)).status === 200, 10_000)).toBe(true)
+  await until(async () => (await send(`${adminUrl}/healthz`)).status === 200, { timeoutMs: 10_000, intervalMs: 50, message: () => `/healthz to answer 200; the gateway's log: ${log()}` })
   expect(gw.exitCode).toBe(null)
   const ready = await send(`${adminUrl}/readyz`)
   expect(ready.status).toBe(503)
   expect(ready.json()).toMatchObject({ status: 'store unavailable', store: 'redis' })
   const guarded = await post(`${base}/ledger/a/charge`, { amount: 1 }, { 'fencing-token': '1', 'idempotency-key': 'k1' })
-  expect(guarded.status).toBe(503)
-  expect(guarded.json()).toMatchObject({ type: 'urn:fencegate:problem:store-unavailable', error: { type: 'api_error' } })
+  expectProblem(guarded, { status: 503, type: 'store-unavailable', members: { error: { type: 'api_error' } } })
   expect(up.count('/ledger/')).toBe(0)
   const plain = await post(`${base}/plain/ping`, {})
   expect(plain.status).toBe(201)
@@ -82,7 +59,7 @@ routes:
   // the store comes up: the gateway connects by itself (backoff of at most 5 s)
   const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
   procs.push(redis)
-  expect(await until(async () => (await send(`${adminUrl}/readyz`)).status === 200, 15_000)).toBe(true)
+  await until(async () => (await send(`${adminUrl}/readyz`)).status === 200, { timeoutMs: 15_000, intervalMs: 50, message: () => `/readyz to answer 200 once redis is up; the gateway's log: ${log()}` })
   expect(log()).toContain('"msg":"store connected"')
   const after = await post(`${base}/ledger/a/charge`, { amount: 1 }, { 'fencing-token': '1', 'idempotency-key': 'k1' })
   expect(after.status).toBe(201)

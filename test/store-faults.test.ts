@@ -12,19 +12,19 @@ import { rmSync, writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import pg from 'pg'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
-import { post, send, metrics, metric, type Reply } from './helpers/http.js'
+import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway, type StoreInput } from './helpers/gateway.js'
+import { expectProblem, post, send, metrics, metric, type Reply } from './helpers/http.js'
+import { sleep, until } from './helpers/wait.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 let up: Upstream
 const dir = tempDir('fg-faults-')
 beforeAll(async () => { up = await startUpstream() })
 afterAll(async () => { await up?.close(); rmSync(dir, { recursive: true, force: true }) })
 
-const configFor = (name: string, port: number, admin: number, store: string) => {
+const configFor = (name: string, port: number, admin: number, store: StoreInput) => {
   const file = join(dir, `${name}.yaml`)
-  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, store: `${store}\n  timeout: 500ms` }))
+  writeFileSync(file, ledgerConfig({ port, admin, upstream: up.url, store: { ...store, timeout: '500ms' } }))
   return file
 }
 
@@ -60,11 +60,7 @@ async function outageAndRecovery(g: ChildGateway, res: string, breakStore: () =>
   const forwarded = up.count(`/ledger/${res}-`)
   const started = Date.now()
   const down = await Promise.all(Array.from({ length: 20 }, () => write(g, `${res}-0`)))
-  for (const { r } of down) {
-    expect(r.status).toBe(503)
-    expect(r.json().type).toBe('urn:fencegate:problem:store-unavailable')
-    expect(r.headers['retry-after']).toBe('1')
-  }
+  for (const { r } of down) expectProblem(r, { status: 503, type: 'store-unavailable', headers: { 'retry-after': '1' } })
   expect(Date.now() - started).toBeLessThan(2500) // store.timeout is 500ms
   expect(up.count(`/ledger/${res}-`)).toBe(forwarded)
   expect((await send(`${g.adminUrl}/readyz`)).status).toBe(503)
@@ -72,15 +68,12 @@ async function outageAndRecovery(g: ChildGateway, res: string, breakStore: () =>
 
   // back: without restarting the gateway, traffic recovers within the reconnect backoff
   await repair()
-  const deadline = Date.now() + 10_000
-  let ok: Reply | undefined
-  while (Date.now() < deadline) {
-    const { r } = await write(g, `${res}-0`)
-    if (r.status === 201) { ok = r; break }
-    expect(r.status).toBe(503)
-    await sleep(100)
-  }
-  expect(ok?.status, 'traffic did not recover').toBe(201)
+  // writes until one is not 503 (a failed request ends the wait too): that one must be a 201
+  const first = await until(async () => {
+    const r: Reply | Error = await write(g, `${res}-0`).then(({ r }) => r, (e: Error) => e)
+    return (r instanceof Error || r.status !== 503) && r
+  }, { timeoutMs: 10_000, intervalMs: 100, message: 'a write after the repair not answered 503' })
+  expect(first instanceof Error ? first.message : first.status, 'traffic did not recover').toBe(201)
   expect((await send(`${g.adminUrl}/readyz`)).status).toBe(200)
   // the high-water mark survived: an old token is still stale
   const stale = await post(`${g.url}/ledger/${res}-0/charge`, {}, { 'fencing-token': '1', 'idempotency-key': `stale-${randomUUID()}` })
@@ -94,15 +87,13 @@ describe('Redis killed and restarted', () => {
   const redisDir = tempDir('fg-faults-redis-')
   const startRedis = async () => {
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', redisDir], { stdio: 'ignore' })
-    for (let i = 0; i < 100; i++) {
+    await until(async () => {
       const r = spawn('redis-cli', ['-p', String(port), 'ping'], { stdio: ['ignore', 'pipe', 'ignore'] })
       let out = ''
       r.stdout!.on('data', (d) => { out += d })
       await new Promise((ok) => r.on('close', ok))
-      if (out.trim() === 'PONG') return
-      await sleep(50)
-    }
-    throw new Error('redis-server did not start')
+      return out.trim() === 'PONG'
+    }, { timeoutMs: 10_000, intervalMs: 50, message: 'redis-server to answer PING' })
   }
   const killRedis = async () => {
     const p = redis!
@@ -115,7 +106,7 @@ describe('Redis killed and restarted', () => {
     port = await freePort()
     await startRedis()
     const gp = await freePort(), admin = await freePort()
-    g = await spawnGateway(configFor('redis', gp, admin, `  kind: redis\n  url: redis://127.0.0.1:${port}`), gp, admin, join(dir, 'redis.log'))
+    g = await spawnGateway(configFor('redis', gp, admin, { kind: 'redis', url: `redis://127.0.0.1:${port}` }), gp, admin, join(dir, 'redis.log'))
   })
   afterAll(async () => {
     await g?.stop()
@@ -141,7 +132,7 @@ describe('PostgreSQL connections terminated', () => {
     await admin.query(`CREATE SCHEMA ${role} AUTHORIZATION ${role}`)
     const gp = await freePort(), ap = await freePort()
     const url = PG_URL.replace('//postgres@', `//${role}@`) + `?application_name=${app}`
-    g = await spawnGateway(configFor('pg', gp, ap, `  kind: postgres\n  url: ${url}\n  schema: ${role}\n  pool: 4`), gp, ap, join(dir, 'pg.log'))
+    g = await spawnGateway(configFor('pg', gp, ap, { kind: 'postgres', url, schema: role, pool: 4 }), gp, ap, join(dir, 'pg.log'))
   })
   afterAll(async () => {
     await g?.stop()

@@ -10,6 +10,7 @@ import Stripe from 'stripe'
 import { afterAll, beforeAll, expect, test } from 'vitest'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { metric, metrics } from './helpers/http.js'
+import { sleep } from './helpers/wait.js'
 
 /** A Stripe-like API: POST /v1/charges (form-encoded) → 200 charge JSON after `delayMs`. */
 interface FakeStripe { url: string; charges: { id: string; amount: number; key: string | undefined }[]; close(): Promise<void> }
@@ -22,7 +23,7 @@ async function fakeStripe(delayMs: number): Promise<FakeStripe> {
       res.writeHead(404, { 'content-type': 'application/json' })
       return res.end(JSON.stringify({ error: { type: 'invalid_request_error', message: 'Unrecognized request URL' } }))
     }
-    await new Promise((r) => setTimeout(r, delayMs))
+    await sleep(delayMs)
     const form = new URLSearchParams(body)
     const charge = { id: `ch_${charges.length + 1}`, object: 'charge', amount: Number(form.get('amount')), currency: form.get('currency'), status: 'succeeded' }
     charges.push({ id: charge.id, amount: charge.amount, key: req.headers['idempotency-key'] as string | undefined })
@@ -41,18 +42,9 @@ let statuses: number[] = []
 
 beforeAll(async () => {
   api = await fakeStripe(1200)
-  gw = await startTestGateway(`store:
-  kind: memory
-routes:
-  - name: stripe
-    match:
-      path: /v1/*
-    upstream:
-      url: ${api.url}
-      timeout: 5s
-    idempotency:
-      scope: "{header.Authorization}"
-`)
+  gw = await startTestGateway({
+    routes: [{ name: 'stripe', path: '/v1/*', upstream: { url: api.url, timeout: '5s' }, idempotency: { scope: '{header.Authorization}' } }],
+  })
   const { hostname, port } = new URL(gw.url)
   // the client's host, port and protocol point it at the gateway; it retries 409s on its own
   stripe = new Stripe('sk_test_fencegate', { host: hostname, port: Number(port), protocol: 'http', maxNetworkRetries: 6, telemetry: false })
@@ -78,7 +70,7 @@ test('a key reused with another request throws, with status 422 and the idempote
 test('a concurrent duplicate gets 409s while the first is in flight, retries, and ends with the first one\'s charge, replayed', async () => {
   statuses = []
   const a = stripe.charges.create({ amount: 300, currency: 'eur' }, { idempotencyKey: 'order-2' })
-  await new Promise((r) => setTimeout(r, 100))
+  await sleep(100)
   const b = stripe.charges.create({ amount: 300, currency: 'eur' }, { idempotencyKey: 'order-2' })
   const [ca, cb] = await Promise.all([a, b])
   expect(cb.id).toBe(ca.id)

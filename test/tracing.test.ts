@@ -4,11 +4,12 @@ import { createHash } from 'node:crypto'
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest'
 import { context, SpanKind } from '@opentelemetry/api'
 import { suppressTracing } from '@opentelemetry/core'
-import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace'
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace'
 import { startTracing, type Tracing } from '../src/telemetry/sdk.js'
-import { startUpstream, headerValues, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, route, type TestGateway } from './helpers/gateway.js'
+import { headerValues } from './helpers/upstream.js'
+import { withGateway } from './helpers/gateway.js'
 import { post as tracedPost, send as tracedSend } from './helpers/http.js'
+import { sleep, until } from './helpers/wait.js'
 
 // The test's own requests are an uninstrumented client's: undici is instrumented in this
 // process, so they run with tracing suppressed (no span, no traceparent of their own).
@@ -18,22 +19,15 @@ const send = untraced(tracedSend)
 
 const exporter = new InMemorySpanExporter()
 let tracing: Tracing
-let up: Upstream
-let gw: TestGateway
-
-beforeAll(async () => {
-  tracing = startTracing({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
-  up = await startUpstream()
-  gw = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('ledger', '/ledger/:res', up.url, `    fencing:
-      resource: "acct:{param.res}"
-    idempotency:
-      required: false
-`)}${route('plain', '/plain/*', up.url)}`)
-})
-afterAll(async () => { await gw?.close(); await up?.close(); await tracing?.shutdown() })
+// tracing first, then the gateway; on the way out the gateway first (hooks run as a stack)
+beforeAll(() => { tracing = startTracing({ spanProcessors: [new SimpleSpanProcessor({ exporter })] }) })
+afterAll(async () => { await tracing?.shutdown() })
+const { up, gw } = withGateway((up) => ({
+  routes: [
+    { name: 'ledger', path: '/ledger/:res', upstream: up.url, fencing: { resource: 'acct:{param.res}' }, idempotency: { required: false } },
+    { name: 'plain', path: '/plain/*', upstream: up.url },
+  ],
+}))
 beforeEach(() => exporter.reset())
 
 // the gateway's calls to the upstream (the test's own undici requests are CLIENT spans too)
@@ -44,18 +38,13 @@ const servers = () => {
   return exporter.getFinishedSpans().filter((s) => s.kind === SpanKind.SERVER && !calls.has(s.parentSpanContext?.spanId ?? ''))
 }
 
-/** The spans end when the response's connection is done: wait for them. */
-async function waitFor<T>(get: () => T | undefined, what: string): Promise<T> {
-  const deadline = Date.now() + 3000
-  for (;;) {
-    const v = get()
-    if (v !== undefined && (!Array.isArray(v) || v.length > 0)) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; spans: ${exporter.getFinishedSpans().map((s) => `${s.name}/${s.kind}`).join(', ')}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
+/** The spans end when the response's connection is done: wait (3 s at most) until `get` finds them. */
+const spans = <T>(get: () => T, what: string) =>
+  until(get, { timeoutMs: 3000, intervalMs: 10, message: () => `${what}; spans: ${exporter.getFinishedSpans().map((s) => `${s.name}/${s.kind}`).join(', ')}` })
+/** the list, or undefined while it is empty */
+const nonEmpty = <T>(xs: T[]): T[] | undefined => (xs.length > 0 ? xs : undefined)
 
-const serverSpan = (outcome: string) => waitFor(() => servers().find((s) => s.attributes['fencegate.outcome'] === outcome), `a SERVER span with outcome ${outcome}`)
+const serverSpan = (outcome: string) => spans(() => servers().find((s) => s.attributes['fencegate.outcome'] === outcome), `a SERVER span with outcome ${outcome}`)
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex')
 
 describe('traces (tracing on)', () => {
@@ -92,7 +81,7 @@ describe('traces (tracing on)', () => {
     expect(first.status).toBe(201)
     const forwarded = await serverSpan('forwarded')
     const trace = forwarded.spanContext().traceId
-    const client = await waitFor(() => clients().filter((c) => c.spanContext().traceId === trace), 'the CLIENT span')
+    const client = await spans(() => nonEmpty(clients().filter((c) => c.spanContext().traceId === trace)), 'the CLIENT span')
     expect(client).toHaveLength(1)
     expect(client[0].parentSpanContext?.spanId).toBe(forwarded.spanContext().spanId)
     expect(forwarded.attributes['fencegate.idempotency.result']).toBe('stored')
@@ -108,7 +97,7 @@ describe('traces (tracing on)', () => {
       'http.route': '/ledger/:res',
     })
     expect(replay.events.map((e) => e.name)).toContain('fencegate.idempotency.replayed')
-    await new Promise((r) => setTimeout(r, 50))
+    await sleep(50)
     expect(clients()).toEqual([])
     expect(up.count('/ledger/c')).toBe(1)
   })
@@ -122,7 +111,7 @@ describe('traces (tracing on)', () => {
     expect(got).toHaveLength(1)
     const [, traceId, parentId] = got[0].split('-')
     expect(traceId).toBe(span.spanContext().traceId)
-    const [client] = await waitFor(() => clients().filter((c) => c.spanContext().traceId === traceId), 'the CLIENT span')
+    const [client] = await spans(() => nonEmpty(clients().filter((c) => c.spanContext().traceId === traceId)), 'the CLIENT span')
     expect(parentId).toBe(client.spanContext().spanId)
   })
 
@@ -131,7 +120,7 @@ describe('traces (tracing on)', () => {
     const clientSpan = '00f067aa0ba902b7'
     const r = await send(`${gw.url}/plain/y`, { headers: { traceparent: `00-${traceId}-${clientSpan}-01`, tracestate: 'vendor=1' } })
     expect(r.status).toBe(201)
-    const span = await waitFor(() => servers().find((s) => s.spanContext().traceId === traceId && s.attributes['fencegate.route'] === 'plain'), 'the SERVER span in the client\'s trace')
+    const span = await spans(() => servers().find((s) => s.spanContext().traceId === traceId && s.attributes['fencegate.route'] === 'plain'), 'the SERVER span in the client\'s trace')
     expect(span.parentSpanContext?.spanId).toBe(clientSpan)
     const seen = up.last()
     const tp = headerValues(seen, 'traceparent')
@@ -146,7 +135,7 @@ describe('traces (tracing on)', () => {
       'fencing-token': '1', 'idempotency-key': 'secret-key-xyz', authorization: 'Bearer secret-auth', cookie: 'sid=secret-cookie',
     })
     await serverSpan('forwarded')
-    await waitFor(() => clients(), 'the CLIENT span')
+    await spans(() => nonEmpty(clients()), 'the CLIENT span')
     const dump = JSON.stringify(exporter.getFinishedSpans().map((s) => [s.name, s.attributes, s.events]))
     for (const secret of ['secret-key-xyz', 'secret-auth', 'secret-cookie', 'secret-body-4242']) expect(dump).not.toContain(secret)
   })
@@ -161,7 +150,7 @@ describe('traces (tracing on)', () => {
   test('admin scrapes and probes make no spans', async () => {
     await send(`${gw.adminUrl}/metrics`)
     await send(`${gw.adminUrl}/readyz`)
-    await new Promise((r) => setTimeout(r, 50))
+    await sleep(50)
     expect(servers()).toEqual([])
   })
 

@@ -10,9 +10,9 @@ import net from 'node:net'
 import { randomBytes } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
-import { send } from './helpers/http.js'
+import { expectProblem, send } from './helpers/http.js'
+import { sleep } from './helpers/wait.js'
 import { request, Agent } from 'undici'
-import { setTimeout as sleep } from 'node:timers/promises'
 
 const slow = new Agent({ pipelining: 0, keepAliveTimeout: 1 })
 
@@ -39,27 +39,14 @@ beforeAll(async () => {
   })
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r))
   const port = (upstream.address() as net.AddressInfo).port
-  gw = await startTestGateway(`store:
-  kind: redis
-  url: ${REDIS_URL}
-  keyPrefix: ${prefix}
-routes:
-  - name: download
-    match:
-      path: /big
-      methods: [GET]
-    upstream:
-      url: http://127.0.0.1:${port}
-      timeout: 2s
-  - name: closing
-    match:
-      path: /*
-    upstream:
-      url: http://127.0.0.1:${port}
-      timeout: 2s
-    idempotency:
-      maxResponseBytes: 1KiB
-`)
+  const url = `http://127.0.0.1:${port}`
+  gw = await startTestGateway({
+    store: { kind: 'redis', url: REDIS_URL, keyPrefix: prefix },
+    routes: [
+      { name: 'download', path: '/big', methods: ['GET'], upstream: url },
+      { name: 'closing', path: '/*', upstream: url, idempotency: { maxResponseBytes: '1KiB' } },
+    ],
+  })
 })
 
 afterAll(async () => {
@@ -79,8 +66,7 @@ describe('an upstream that closes the connection after answering', () => {
       expect(r.body.length).toBe(BODY.length)
     }
     const again = await send(`${gw.url}/pay/0`, { method: 'POST', headers: { 'idempotency-key': 'close-0', 'content-type': 'text/plain' }, body: 'x' })
-    expect(again.status).toBe(409)
-    expect(again.json().type).toBe('urn:fencegate:problem:response-not-stored')
+    expectProblem(again, { status: 409, type: 'response-not-stored' })
     expect(answered).toBe(5)
   })
 

@@ -7,7 +7,7 @@ import { rmSync, writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { CLI, tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway } from './helpers/gateway.js'
+import { CLI, tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway, type StoreInput } from './helpers/gateway.js'
 import { post, send, metrics, metric } from './helpers/http.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -15,7 +15,7 @@ const prefix = `fgwork-${randomUUID().slice(0, 8)}`
 const dir = tempDir('fg-workers-')
 let up: Upstream
 
-const config = (port: number, admin: number, store: string) => ledgerConfig({ port, admin, store, upstream: up.url })
+const config = (port: number, admin: number, store: StoreInput) => ledgerConfig({ port, admin, store, upstream: up.url })
 
 beforeAll(async () => { up = await startUpstream() })
 afterAll(async () => {
@@ -29,7 +29,7 @@ afterAll(async () => {
 
 test('the memory store with --workers 2 is refused with exit 2, saying why', () => {
   const file = join(dir, 'memory.yaml')
-  writeFileSync(file, config(0, 0, '  kind: memory'))
+  writeFileSync(file, config(0, 0, { kind: 'memory' }))
   const r = spawnSync(process.execPath, [CLI, '--config', file, '--workers', '2'], { encoding: 'utf8', timeout: 15_000 })
   expect(r.status).toBe(2)
   expect(r.stderr).toContain('store.kind: the memory store cannot be shared, so it cannot run with --workers 2')
@@ -47,7 +47,7 @@ describe('--workers 2 on redis', () => {
   beforeAll(async () => {
     const port = await freePort(), admin = await freePort()
     const file = join(dir, 'redis.yaml')
-    writeFileSync(file, config(port, admin, `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: ${prefix}`))
+    writeFileSync(file, config(port, admin, { kind: 'redis', url: REDIS_URL, keyPrefix: prefix }))
     g = await spawnGateway(file, port, admin, join(dir, 'redis.log'), ['--workers', '2'])
   })
   afterAll(async () => { if (g) expect(await g.stop()).toBe(0) })

@@ -9,9 +9,10 @@ import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
 import pg from 'pg'
-import { CLI, startTestGateway, tempDir, type TestGateway } from '../helpers/gateway.js'
+import { CLI, gatewayConfig, startTestGateway, tempDir, type GatewaySpec, type RouteSpec, type StoreInput, type TestGateway } from '../helpers/gateway.js'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
-import { metric, metrics, post, send } from '../helpers/http.js'
+import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
+import { until } from '../helpers/wait.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const TOKEN = 'audit-secret'
@@ -24,54 +25,45 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c()
 })
 
-/** Writes the config to a file (so the CLI reads the same one) and starts a gateway on it. */
-async function setup(store: string, routes: string, extra = ''): Promise<{ gw: TestGateway; up: Upstream; file: string; dir: string }> {
+/**
+ * Writes the config to a file (so the CLI reads the same one) and starts a gateway on it, with
+ * the admin tokens. `routes` gets the upstream's URL; @DIR@ in `store` is the test's folder.
+ */
+async function setup(store: StoreInput, routes: (upstream: string) => RouteSpec[], more: Partial<GatewaySpec> = {}): Promise<{ gw: TestGateway; up: Upstream; file: string; dir: string }> {
   const up = await startUpstream()
   cleanups.push(() => up.close())
   const dir = tempDir('fg-audit-')
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
-  const text = `admin:
-  listen: 127.0.0.1:0
-  token: ${TOKEN}
-  writeToken: ${WRITE_TOKEN}
-store:
-${store.replaceAll('@DIR@', dir)}
-${extra}routes:
-${routes.replaceAll('@UP@', up.url)}`
+  const text = gatewayConfig({ admin: { token: TOKEN, writeToken: WRITE_TOKEN }, store, ...more, routes: routes(up.url) }).replaceAll('@DIR@', dir)
   const file = join(dir, 'fencegate.yaml')
-  writeFileSync(file, `listen: 127.0.0.1:0\n${text}`)
+  writeFileSync(file, text)
   const gw = await startTestGateway(text)
   cleanups.push(() => gw.close())
   return { gw, up, file, dir }
 }
 
-const PAYMENTS = `  - name: payments
-    match:
-      path: /accounts/:account/*
-      methods: [POST]
-    upstream:
-      url: @UP@
-      timeout: 2s
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-`
+const SQLITE: StoreInput = { kind: 'sqlite', path: '@DIR@/fg.db' }
+const paymentsRoute = (upstream: string): RouteSpec => ({
+  name: 'payments', path: '/accounts/:account/*', methods: ['POST'], upstream,
+  fencing: { resource: 'account:{param.account}' }, idempotency: { required: true },
+})
 
 function cli(...args: string[]): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000 })
   return { status: r.status, stdout: r.stdout, stderr: r.stderr }
 }
 
-/** Polls `fn` until `ok` holds (entries are written asynchronously, after the response). */
-async function until<T>(fn: () => Promise<T> | T, ok: (v: T) => boolean, ms = 5000): Promise<T> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const v = await fn()
-    if (ok(v) || Date.now() > deadline) return v
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+/**
+ * Polls the report (`get`: the CLI's or the admin API's JSON) until the attempts of its routes
+ * are `attempts`: entries are written asynchronously, after the response.
+ */
+const reportWith = (get: () => any, attempts: number[]) => until(async () => {
+  const r = await get()
+  expect(r.routes.map((x: { attempts: number }) => x.attempts)).toEqual(attempts)
+  return r
+}, { intervalMs: 50, message: `the report to count ${attempts.join(', ')} attempts` })
+/** GET /audit of `gw`, with the read token */
+const adminAudit = (gw: TestGateway) => async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json()
 
 const auditJson = (file: string, ...args: string[]) => {
   const r = cli('audit', '--config', file, '--json', ...args)
@@ -90,12 +82,15 @@ async function seedTimeline(gw: TestGateway) {
 
 describe('attempt log (sqlite store)', () => {
   test('a forwarded, a replayed and a stale request are each recorded with what the gateway decided, never the raw key', async () => {
-    const { gw, dir } = await setup('  kind: sqlite\n  path: @DIR@/fg.db', PAYMENTS)
+    const { gw, dir } = await setup(SQLITE, (up) => [paymentsRoute(up)])
     expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
 
     const db = new Database(join(dir, 'fg.db'), { readonly: true })
-    cleanups.push(() => db.close())
-    const rows = await until(() => db.prepare('SELECT * FROM fg_audit_v1 ORDER BY rowid').all() as Record<string, unknown>[], (r) => r.length >= 3)
+    cleanups.push(() => { db.close() })
+    const rows = await until(() => {
+      const all = db.prepare('SELECT * FROM fg_audit_v1 ORDER BY rowid').all() as Record<string, unknown>[]
+      return all.length >= 3 && all
+    }, { intervalMs: 50, message: 'three rows in fg_audit_v1' })
     expect(rows.map((r) => [r.outcome, r.token, r.status, r.upstream_status])).toEqual([
       ['forwarded', '33', 201, 201],
       ['replayed', '34', 201, null],
@@ -122,16 +117,11 @@ describe('attempt log (sqlite store)', () => {
 
 describe('fencegate audit and GET /audit', () => {
   test('the seed timeline (33, 34 replayed, 33 stale) reads forwarded 1, replayed 1, stale 1, from the CLI and the admin API alike', async () => {
-    const { gw, file } = await setup('  kind: sqlite\n  path: @DIR@/fg.db', PAYMENTS + `  - name: reads
-    match:
-      path: /accounts/:account/*
-    upstream:
-      url: @UP@
-`)
+    const { gw, file } = await setup(SQLITE, (up) => [paymentsRoute(up), { name: 'reads', path: '/accounts/:account/*', upstream: up }])
     expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
     expect((await send(`${gw.url}/accounts/acct-1/charges`)).status).toBe(201) // a read, on the unfenced route
 
-    const report = await until(() => auditJson(file), (r) => r.routes[0].attempts === 3 && r.routes[1].attempts === 1)
+    const report = await reportWith(() => auditJson(file), [3, 1])
     expect(Object.keys(report)).toEqual(['since', 'until', 'routes'])
     expect(Date.parse(report.until) - Date.parse(report.since)).toBe(24 * 3_600_000) // --since defaults to 24h
     expect(report.until).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/)
@@ -184,69 +174,50 @@ describe('fencegate audit and GET /audit', () => {
   })
 
   test('GET /audit needs the admin token (401 with WWW-Authenticate), and says what is wrong with a bad query', async () => {
-    const { gw } = await setup('  kind: memory', PAYMENTS)
+    const { gw } = await setup({ kind: 'memory' }, (up) => [paymentsRoute(up)])
     const r = await send(`${gw.adminUrl}/audit`)
-    expect(r.status).toBe(401)
-    expect(r.headers['www-authenticate']).toMatch(/^Bearer/)
-    expect(r.headers['content-type']).toBe('application/problem+json')
+    expectProblem(r, { status: 401, type: 'unauthorized', headers: { 'www-authenticate': /^Bearer/ } })
     const wrong = await send(`${gw.adminUrl}/audit`, { headers: { authorization: 'Bearer nope' } })
     expect(wrong.status).toBe(401)
     // the memory store's log lives in the process: the admin API is how to read it
     expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
-    const ok = await until(async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json(), (j) => j.routes[0].attempts === 3)
+    const ok = await reportWith(adminAudit(gw), [3])
     expect(ok.routes[0]).toMatchObject({ forwarded: 1, replayed: 1, stale: 1 })
     const badSince = await send(`${gw.adminUrl}/audit?since=soon`, { headers: auth })
-    expect(badSince.status).toBe(400)
-    expect(badSince.json().type).toBe('urn:fencegate:problem:bad-request')
+    expectProblem(badSince, { status: 400, type: 'bad-request' })
     expect((await send(`${gw.adminUrl}/audit?route=nope`, { headers: auth })).status).toBe(400)
   })
 })
 
 describe('overtaken writes in the report', () => {
   test('an older-token write that ends after a newer one was sent is counted as overtaken', async () => {
-    const { gw, up } = await setup('  kind: memory', `  - name: ledger
-    match:
-      path: /ledger/:account/*
-    upstream:
-      url: @UP@
-      timeout: 5s
-    fencing:
-      resource: "account:{param.account}"
-`)
+    const { gw, up } = await setup({ kind: 'memory' }, (up) => [
+      { name: 'ledger', path: '/ledger/:account/*', upstream: { url: up, timeout: '5s' }, fencing: { resource: 'account:{param.account}' } },
+    ])
     const slow = post(`${gw.url}/ledger/a/apply?ms=500`, { n: 1 }, { 'fencing-token': '5' })
-    await until(() => up.applied.length, (n) => n >= 1)
+    await until(() => up.applied.length >= 1, { message: 'token 5 to reach the upstream' })
     expect((await post(`${gw.url}/ledger/a/apply?ms=0`, { n: 2 }, { 'fencing-token': '6' })).status).toBe(201)
     expect((await slow).status).toBe(201)
     // the upstream applied 5 after 6: only the upstream's own check could have stopped that
     expect(up.applied.filter((x) => x.event === 'applied').map((x) => x.token)).toEqual(['6', '5'])
-    const report = await until(async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json(), (j) => j.routes[0].attempts === 2)
+    const report = await reportWith(adminAudit(gw), [2])
     expect(report.routes[0]).toMatchObject({ attempts: 2, forwarded: 2, stale: 0, overtaken: 1 })
   })
 })
 
 describe('resolving an unknown outcome', () => {
-  const HANGING = `  - name: ledger
-    match:
-      path: /ledger/*
-    upstream:
-      url: @UP@
-      timeout: 300ms
-    idempotency:
-      required: true
-`
+  const hanging = (up: string): RouteSpec[] => [{ name: 'ledger', path: '/ledger/*', upstream: { url: up, timeout: '300ms' }, idempotency: { required: true } }]
 
   test('a key answering 409 outcome-unknown becomes retryable (failed) with the CLI, then settled (completed) with POST /resolve; the report counts both', async () => {
-    const { gw, up, file } = await setup('  kind: sqlite\n  path: @DIR@/fg.db', HANGING)
+    const { gw, up, file } = await setup(SQLITE, hanging)
     const url = `${gw.url}/ledger/apply-then-hang`
     const key = { 'idempotency-key': '"pay-42"' }
     // the upstream applies the effect and never answers: the outcome is unknown
     expect((await post(url, { amount: 5 }, key)).status).toBe(504)
-    const blocked = await post(url, { amount: 5 }, key)
-    expect(blocked.status).toBe(409)
-    expect(blocked.json().type).toBe('urn:fencegate:problem:outcome-unknown')
+    expectProblem(await post(url, { amount: 5 }, key), { status: 409, type: 'outcome-unknown' })
     expect(up.count('/ledger/apply-then-hang')).toBe(1)
 
-    let report = await until(() => auditJson(file), (r) => r.routes[0].attempts === 2)
+    let report = await reportWith(() => auditJson(file), [2])
     expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 0, unresolved: 1 })
 
     // the operator checked the upstream and found nothing applied: failed
@@ -258,7 +229,7 @@ describe('resolving an unknown outcome', () => {
     // the retry is forwarded again (and hangs again: a second unknown outcome)
     expect((await post(url, { amount: 5 }, key)).status).toBe(504)
     expect(up.count('/ledger/apply-then-hang')).toBe(2)
-    report = await until(() => auditJson(file), (x) => x.routes[0].attempts === 3)
+    report = await reportWith(() => auditJson(file), [3])
     expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 1, unresolved: 1 })
 
     // this time the operator finds it applied: completed, over the admin API
@@ -270,11 +241,9 @@ describe('resolving an unknown outcome', () => {
     const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...writeAuth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'pay-42', as: 'completed', reason: 'ledger shows charge ch_42' }) })
     expect(done.status).toBe(200)
     expect(done.json()).toMatchObject({ route: 'ledger', resolution: 'completed', previousReason: 'timeout', keyHash: expect.stringMatching(/^[0-9a-f]{64}$/) })
-    const after = await post(url, { amount: 5 }, key)
-    expect(after.status).toBe(409)
-    expect(after.json()).toMatchObject({ type: 'urn:fencegate:problem:response-not-stored', resolvedBy: 'operator' })
+    expectProblem(await post(url, { amount: 5 }, key), { status: 409, type: 'response-not-stored', members: { resolvedBy: 'operator' } })
     expect(up.count('/ledger/apply-then-hang')).toBe(2)
-    report = await until(() => auditJson(file), (x) => x.routes[0].attempts === 4)
+    report = await reportWith(() => auditJson(file), [4])
     expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 2, unresolved: 0 })
     // who and why (issue 15 §1): in the report, JSON and text
     expect(report.operatorActions).toEqual([
@@ -289,8 +258,7 @@ describe('resolving an unknown outcome', () => {
     expect(again.status).toBe(1)
     expect(again.stderr).toMatch(/Only an unknown outcome can be resolved/)
     const missing = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...writeAuth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'never', as: 'failed' }) })
-    expect(missing.status).toBe(404)
-    expect(missing.json().type).toBe('urn:fencegate:problem:record-not-found')
+    expectProblem(missing, { status: 404, type: 'record-not-found' })
     const badAs = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'maybe')
     expect(badAs.status).toBe(2)
   })
@@ -302,7 +270,7 @@ describe('a full audit queue', () => {
     const admin = new pg.Client({ connectionString: PG_URL })
     await admin.connect()
     cleanups.push(async () => { await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`); await admin.end() })
-    const { gw } = await setup(`  kind: postgres\n  url: ${PG_URL}\n  schema: ${schema}`, PAYMENTS, 'audit:\n  queueSize: 3\n')
+    const { gw } = await setup({ kind: 'postgres', url: PG_URL, schema }, (up) => [paymentsRoute(up)], { audit: { queueSize: 3 } })
     // hold the attempt log table: appends wait, and the queue behind them fills up
     await admin.query('BEGIN')
     await admin.query(`LOCK TABLE "${schema}".fg_audit_v1 IN ACCESS EXCLUSIVE MODE`)
@@ -316,7 +284,7 @@ describe('a full audit queue', () => {
     expect(dropped).toBeGreaterThanOrEqual(12 - 1 - 3 - 1) // one batch waiting on the lock, three queued
     await admin.query('COMMIT')
     // what was not dropped is written once the table is free again
-    const report = await until(async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json(), (j) => j.routes[0].attempts === 12 - dropped)
+    const report = await reportWith(adminAudit(gw), [12 - dropped])
     expect(report.routes[0].attempts).toBe(12 - dropped)
     expect(report.routes[0].forwarded).toBe(12 - dropped)
   })

@@ -11,12 +11,11 @@ import { join } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { CLI, startTestGateway, tempDir, type TestGateway } from '../helpers/gateway.js'
-import { metric, metrics, post, send } from '../helpers/http.js'
+import { CLI, gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
-const P = 'urn:fencegate:problem:'
 
 const cleanups: (() => Promise<void> | void)[] = []
 afterEach(async () => {
@@ -46,9 +45,9 @@ const cli = (...args: string[]) => {
   return { status: r.status, stdout: r.stdout, stderr: r.stderr }
 }
 
-const stores: Record<string, () => Promise<string>> = {
-  sqlite: async () => '  kind: sqlite\n  path: "@DIR@/fg.db"',
-  redis: async () => `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fgunk-${randomUUID().slice(0, 8)}`,
+const stores: Record<string, () => Promise<StoreInput>> = {
+  sqlite: async () => ({ kind: 'sqlite', path: '@DIR@/fg.db' }),
+  redis: async () => ({ kind: 'redis', url: REDIS_URL, keyPrefix: `fgunk-${randomUUID().slice(0, 8)}` }),
   postgres: async () => {
     const schema = `fgunk_${randomUUID().replaceAll('-', '').slice(0, 12)}`
     cleanups.push(async () => {
@@ -57,7 +56,7 @@ const stores: Record<string, () => Promise<string>> = {
       await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
       await c.end()
     })
-    return `  kind: postgres\n  url: ${PG_URL}\n  schema: ${schema}\n  migrate: true`
+    return { kind: 'postgres', url: PG_URL, schema, migrate: true }
   },
 }
 
@@ -67,26 +66,17 @@ for (const [kind, storeBlock] of Object.entries(stores)) {
       const up = await firstHangs()
       const dir = tempDir('fg-unknown-')
       cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
-      const text = `admin:
-  listen: 127.0.0.1:0
-  writeToken: unknown-write
-store:
-${(await storeBlock()).replaceAll('@DIR@', dir)}
-routes:
-  - name: payments
-    match:
-      path: /accounts/:account/*
-    upstream:
-      url: ${up.url}
-      timeout: 300ms
-    fencing:
-      resource: "account:{param.account}"
-    idempotency:
-      required: true
-      scope: "{header.Authorization}"
-`
+      const text = gatewayConfig({
+        admin: { writeToken: 'unknown-write' },
+        store: await storeBlock(),
+        routes: [{
+          name: 'payments', path: '/accounts/:account/*', upstream: { url: up.url, timeout: '300ms' },
+          fencing: { resource: 'account:{param.account}' }, idempotency: { required: true, scope: '{header.Authorization}' },
+        }],
+      }).replaceAll('@DIR@', dir)
+      // the same file for the CLI
       const file = join(dir, 'fencegate.yaml')
-      writeFileSync(file, `listen: 127.0.0.1:0\n${text}`)
+      writeFileSync(file, text)
       const gw = await startTestGateway(text)
       cleanups.push(() => gw.close())
       return { gw, file, up }
@@ -99,7 +89,7 @@ routes:
       const t0 = Date.now()
       expect((await send1('acct-1', 'charge-1')).status).toBe(504)
       expect((await send1('acct-2', 'charge-2')).status).toBe(504)
-      expect((await send1('acct-1', 'charge-1')).json().type).toBe(`${P}outcome-unknown`)
+      expectProblem(await send1('acct-1', 'charge-1'), { status: 409, type: 'outcome-unknown' })
       await gw.audit.flush()
 
       const listed = (await send(`${gw.adminUrl}/unknown`)).json().unknown as Record<string, string>[]
@@ -133,9 +123,7 @@ routes:
       const second = listed.find((u) => u.resource === 'account:acct-2')!
       const done = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { authorization: 'Bearer unknown-write', 'content-type': 'application/json' }, body: JSON.stringify({ route: 'payments', keyHash: second.keyHash, as: 'completed' }) })
       expect(done.status).toBe(200)
-      const after = await send1('acct-2', 'charge-2')
-      expect(after.status).toBe(409)
-      expect(after.json().type).toBe(`${P}response-not-stored`)
+      expectProblem(await send1('acct-2', 'charge-2'), { status: 409, type: 'response-not-stored' })
       expect(up.hits('/accounts/acct-2/charges')).toBe(1)
 
       expect((await send(`${gw.adminUrl}/unknown`)).json().unknown).toEqual([])
@@ -169,7 +157,7 @@ test('resolve --key-hash refuses a malformed hash and a hash with a key (exit 2)
   const dir = tempDir('fg-unknown-')
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
   const file = join(dir, 'fencegate.yaml')
-  writeFileSync(file, `store:\n  kind: sqlite\n  path: fg.db\nroutes:\n  - name: p\n    match:\n      path: /p\n    upstream:\n      url: http://127.0.0.1:9\n    idempotency: {}\n`)
+  writeFileSync(file, gatewayConfig({ store: { kind: 'sqlite', path: 'fg.db' }, routes: [{ name: 'p', path: '/p', upstream: 'http://127.0.0.1:9', idempotency: {} }] }))
   expect(cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'xyz', '--as', 'failed').status).toBe(2)
   expect(cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'a'.repeat(64), '--key', 'k', '--as', 'failed').status).toBe(2)
   expect(cli('resolve', '--config', file, '--route', 'p', '--as', 'failed').status).toBe(2)

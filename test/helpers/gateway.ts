@@ -1,16 +1,35 @@
 /**
- * Starts a real gateway in this process (real sockets, real store) from YAML config text, or as
- * a child process through the CLI (for restart, kill -9 and several-process tests).
+ * A real gateway for tests: in this process (real sockets, real store), or as a child process
+ * through the CLI (for restart, kill -9 and several-process tests).
+ *
+ * Configs are built from objects shaped like the config file (contract §2, src/config/schema.ts):
+ *
+ * ```ts
+ * // an upstream and a gateway for the file's tests, both stopped after them
+ * const { up, gw } = withGateway((up) => ({
+ *   routes: [{ name: 'pay', path: '/accounts/:account/*', upstream: up.url,
+ *     fencing: { resource: 'account:{param.account}' }, idempotency: { required: true } }],
+ * }))
+ * // or by hand: YAML text for a file, or a gateway started from the object
+ * writeFileSync(file, gatewayConfig({ listen: `127.0.0.1:${port}`, store: { kind: 'sqlite', path: './fg.db' }, routes }))
+ * const other = await startTestGateway({ store: { kind: 'sqlite', path: '@DIR@/fg.db' }, routes })
+ * ```
  */
 import { mkdtempSync, writeFileSync, rmSync, openSync, closeSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import net from 'node:net'
 import { spawn, type ChildProcess } from 'node:child_process'
+import { afterAll, beforeAll } from 'vitest'
+import { Document, isScalar, visit } from 'yaml'
+import type { z } from 'zod'
+import { request } from 'undici'
 import { parseConfig } from '../../src/config/load.js'
+import type { configSchema } from '../../src/config/schema.js'
 import { startGateway, type Running } from '../../src/server.js'
 import { createLogger } from '../../src/log.js'
-import { request } from 'undici'
+import { startUpstream, type Upstream } from './upstream.js'
+import { until } from './wait.js'
 
 export const CLI = resolve(import.meta.dirname, '../../dist/src/cli.js')
 
@@ -28,13 +47,69 @@ export const freePort = () => new Promise<number>((ok, fail) => {
   s.listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => ok(p)) })
 })
 
+// ------------------------------------------------------------------------------ configs
+
+/** The config file as YAML holds it (zod's input side of src/config/schema.ts): durations as text ('2s'), sizes as text or bytes. */
+export type ConfigInput = z.input<typeof configSchema>
+export type RouteInput = ConfigInput['routes'][number]
+export type StoreInput = NonNullable<ConfigInput['store']>
+
 /**
- * Starts a gateway in-process. In `yaml`, @DIR@ is replaced by a fresh temp folder; `listen`
- * and `admin.listen` default to free ports when the text does not set them.
+ * A route of a test config: the file's keys (`name`, `fencing`, `idempotency`,
+ * `maxRequestBytes`), with `match` and `upstream` shortened — `path` and `methods` are
+ * `match`'s, and `upstream` is a URL (timeout 2s) or the whole block (timeout 2s unless set).
  */
-export async function startTestGateway(yaml: string): Promise<TestGateway> {
+export interface RouteSpec extends Omit<RouteInput, 'match' | 'upstream'> {
+  /** match.path, a Hono pattern: "/accounts/:account/*" */
+  path: string
+  /** match.methods; default: every method */
+  methods?: string[]
+  /** the upstream's URL, or the upstream block ({ url, timeout, connectTimeout, connections }) */
+  upstream: string | RouteInput['upstream']
+}
+
+/** A test config: the file's top-level keys, `routes` as RouteSpecs. `store` defaults to memory. */
+export interface GatewaySpec extends Omit<ConfigInput, 'routes'> {
+  routes: RouteSpec[]
+}
+
+/** The tests' upstream timeout, unless a route sets its own. */
+const TEST_UPSTREAM_TIMEOUT = '2s'
+
+/** A RouteSpec as the config file writes it. */
+export function routeInput({ path, methods, upstream, ...rest }: RouteSpec): RouteInput {
+  const { name, ...more } = rest
+  return {
+    name,
+    match: { path, ...(methods ? { methods } : {}) },
+    upstream: typeof upstream === 'string' ? { url: upstream, timeout: TEST_UPSTREAM_TIMEOUT } : { ...upstream, timeout: upstream.timeout ?? TEST_UPSTREAM_TIMEOUT },
+    ...more,
+  }
+}
+
+/**
+ * The YAML text of a config (contract §2). `listen` and `admin.listen` default to 127.0.0.1:0
+ * (a free port each), `store` to the memory store. A value holding @DIR@ (a store path) gets the
+ * gateway's temp folder from startTestGateway; a file for the CLI names real paths instead.
+ */
+export function gatewayConfig(spec: GatewaySpec): string {
+  const { listen = '127.0.0.1:0', admin = {}, store = { kind: 'memory' }, routes, ...rest } = spec
+  const doc = new Document({ listen, admin: { listen: '127.0.0.1:0', ...admin }, store, ...rest, routes: routes.map(routeInput) }, { aliasDuplicateObjects: false })
+  // lists of plain values on one line, as people write them: methods: [POST, PUT]
+  visit(doc, { Seq: (_, seq) => { seq.flow = seq.items.every(isScalar) } })
+  return doc.toString({ lineWidth: 0, flowCollectionPadding: false })
+}
+
+// ------------------------------------------------------------------------ in-process
+
+/**
+ * Starts a gateway in-process from a config object (see gatewayConfig) or YAML text. @DIR@ in
+ * the config is replaced by a fresh temp folder (removed by `close()`); in text, `listen` and
+ * `admin.listen` default to free ports when it does not set them.
+ */
+export async function startTestGateway(spec: string | GatewaySpec): Promise<TestGateway> {
   const dir = tempDir()
-  let text = yaml.replaceAll('@DIR@', dir)
+  let text = (typeof spec === 'string' ? spec : gatewayConfig(spec)).replaceAll('@DIR@', dir)
   if (!/^listen:/m.test(text)) text = `listen: 127.0.0.1:0\n${text}`
   if (!/^admin:/m.test(text)) text = `admin:\n  listen: 127.0.0.1:0\n${text}`
   const config = parseConfig(text, join(dir, 'fencegate.yaml'))
@@ -50,7 +125,63 @@ export async function startTestGateway(yaml: string): Promise<TestGateway> {
   }
 }
 
-/** A route block for YAML configs. */
+/**
+ * The handles withGateway gives: usable inside tests and hooks that run after its beforeAll
+ * (using them earlier throws, saying so).
+ */
+export interface GatewayHandles {
+  /** the recording upstream (./upstream.ts) the routes point at */
+  up: Upstream
+  gw: TestGateway
+}
+
+/**
+ * For the tests of the enclosing file or describe block: a recording upstream and an in-process
+ * gateway, started in a beforeAll and closed in an afterAll. `spec` gets the upstream, to point
+ * routes at `up.url` (it may be async, e.g. to take a free port for an upstream that is down).
+ *
+ * ```ts
+ * const { up, gw } = withGateway((up) => ({ routes: [{ name: 'plain', path: '/plain/*', upstream: up.url }] }))
+ * test('...', async () => { await send(`${gw.url}/plain/x`); expect(up.count('/plain/')).toBe(1) })
+ * ```
+ */
+export function withGateway(spec: (up: Upstream) => GatewaySpec | string | Promise<GatewaySpec | string>): GatewayHandles {
+  let up: Upstream | undefined
+  let gw: TestGateway | undefined
+  beforeAll(async () => {
+    up = await startUpstream()
+    gw = await startTestGateway(await spec(up))
+  })
+  afterAll(async () => {
+    await gw?.close()
+    await up?.close()
+  })
+  return { up: late('withGateway\'s upstream', () => up), gw: late('withGateway\'s gateway', () => gw) }
+}
+
+/** A stand-in for an object made later (in a beforeAll): reads go to the object once it exists. */
+function late<T extends object>(what: string, get: () => T | undefined): T {
+  const target = (): T => {
+    const t = get()
+    if (!t) throw new Error(`${what} is not started: use it in a test or a hook that runs after withGateway's beforeAll`)
+    return t
+  }
+  return new Proxy({} as T, {
+    get: (_, prop) => {
+      const t = target()
+      const v = Reflect.get(t, prop, t) as unknown
+      return typeof v === 'function' ? v.bind(t) : v
+    },
+    has: (_, prop) => Reflect.has(target(), prop),
+    ownKeys: () => Reflect.ownKeys(target()),
+    getOwnPropertyDescriptor: (_, prop) => {
+      const d = Reflect.getOwnPropertyDescriptor(target(), prop)
+      return d && { ...d, configurable: true }
+    },
+  })
+}
+
+/** @deprecated A route block as YAML text: write the route as an object (RouteSpec) for gatewayConfig instead. */
 export function route(name: string, path: string, upstream: string, extra = ''): string {
   return `  - name: ${name}
     match:
@@ -76,17 +207,14 @@ export async function spawnGateway(configPath: string, port: number, adminPort: 
   closeSync(fd)
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
   const adminUrl = `http://127.0.0.1:${adminPort}`
-  const deadline = Date.now() + 15_000
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`gateway exited ${child.exitCode}: ${readFileSync(logPath, 'utf8')}`)
-    try {
-      const r = await request(`${adminUrl}/readyz`)
-      await r.body.dump()
-      if (r.statusCode === 200) break
-    } catch { /* not up yet */ }
-    if (Date.now() > deadline) { child.kill('SIGKILL'); throw new Error(`gateway not ready: ${readFileSync(logPath, 'utf8')}`) }
-    await new Promise((r) => setTimeout(r, 50))
-  }
+  const state = await until(async () => {
+    if (child.exitCode !== null) return 'exited'
+    const r = await request(`${adminUrl}/readyz`)
+    await r.body.dump()
+    return r.statusCode === 200 && 'ready'
+  }, { timeoutMs: 15_000, intervalMs: 50, message: () => `the gateway's /readyz to answer 200; its log: ${readFileSync(logPath, 'utf8')}` })
+    .catch((e: unknown) => { child.kill('SIGKILL'); throw e })
+  if (state === 'exited') throw new Error(`gateway exited ${child.exitCode}: ${readFileSync(logPath, 'utf8')}`)
   return {
     url: `http://127.0.0.1:${port}`,
     adminUrl,
@@ -99,27 +227,23 @@ export async function spawnGateway(configPath: string, port: number, adminPort: 
 export { writeFileSync }
 
 /**
- * The config the child-process tests share: one fenced, idempotent route `/ledger/:res/*` in
- * front of `upstream`. `store` is the indented body of the `store:` block; `top` adds
- * top-level keys (e.g. a `shutdown:` block).
+ * The config the child-process tests share: listening on `port` and `admin`, one fenced,
+ * idempotent route `ledger` on `/ledger/:res/*` in front of `upstream` (upstream timeout
+ * `timeout`, default 5s; idempotency lease `lease`, default 30s). `more` adds top-level keys
+ * (e.g. `shutdown`).
  */
-export function ledgerConfig(o: { port: number; admin: number; store: string; upstream: string; lease?: string; timeout?: string; top?: string }): string {
-  return `listen: 127.0.0.1:${o.port}
-admin:
-  listen: 127.0.0.1:${o.admin}
-store:
-${o.store}
-${o.top ?? ''}routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${o.upstream}
-      timeout: ${o.timeout ?? '5s'}
-    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-      lease: ${o.lease ?? '30s'}
-`
+export function ledgerConfig(o: { port: number; admin: number; store: StoreInput; upstream: string; lease?: string; timeout?: string; more?: Omit<Partial<GatewaySpec>, 'routes'> }): string {
+  return gatewayConfig({
+    listen: `127.0.0.1:${o.port}`,
+    admin: { listen: `127.0.0.1:${o.admin}` },
+    store: o.store,
+    ...o.more,
+    routes: [{
+      name: 'ledger',
+      path: '/ledger/:res/*',
+      upstream: { url: o.upstream, timeout: o.timeout ?? '5s' },
+      fencing: { resource: '{param.res}' },
+      idempotency: { required: true, lease: o.lease ?? '30s' },
+    }],
+  })
 }

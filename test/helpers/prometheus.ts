@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { freePort } from './gateway.js'
+import { until } from './wait.js'
 
 /** Throws, naming the fix, when `bin` (promtool, prometheus) cannot be run. */
 export function requireBinary(bin: 'promtool' | 'prometheus'): void {
@@ -72,17 +73,14 @@ scrape_configs:
     const r = await request(`${url}${path}${qs}`)
     return await r.body.json() as PromResult
   }
-  const deadline = Date.now() + 20_000
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`prometheus exited ${child.exitCode}: ${log()}`)
-    try {
-      const r = await request(`${url}/-/ready`)
-      await r.body.dump()
-      if (r.statusCode === 200) break
-    } catch { /* not up yet */ }
-    if (Date.now() > deadline) { child.kill('SIGKILL'); throw new Error(`prometheus not ready: ${log()}`) }
-    await new Promise((r) => setTimeout(r, 100))
-  }
+  const state = await until(async () => {
+    if (child.exitCode !== null) return 'exited'
+    const r = await request(`${url}/-/ready`)
+    await r.body.dump()
+    return r.statusCode === 200 && 'ready'
+  }, { timeoutMs: 20_000, intervalMs: 100, message: () => `prometheus's /-/ready to answer 200; its log: ${log()}` })
+    .catch((e: unknown) => { child.kill('SIGKILL'); throw e })
+  if (state === 'exited') throw new Error(`prometheus exited ${child.exitCode}: ${log()}`)
   return {
     url,
     api,

@@ -20,6 +20,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gzipSync } from 'node:zlib'
+import { sleep } from './wait.js'
 
 /** What `/gzip` answers with: the gzip of GZIP_TEXT, the same bytes on every request. */
 export const GZIP_TEXT = 'fencegate passes content encodings through untouched. '.repeat(200)
@@ -101,7 +102,7 @@ export async function startUpstream(): Promise<Upstream> {
       return res.end(text)
     }
     if (path === '/slow') {
-      await new Promise((r) => setTimeout(r, Number(query.get('ms') ?? 100)))
+      await sleep(Number(query.get('ms') ?? 100))
       effects++
       return res.end(JSON.stringify({ n: effects, slept: true }))
     }
@@ -115,7 +116,7 @@ export async function startUpstream(): Promise<Upstream> {
       // the first chunk now, the rest after `ms`: a proxy that buffers delays the first byte
       res.writeHead(200, { 'content-type': 'text/plain' })
       res.write('first;')
-      await new Promise((r) => setTimeout(r, Number(query.get('ms') ?? 300)))
+      await sleep(Number(query.get('ms') ?? 300))
       return res.end('last')
     }
     if (path === '/cookies') {
@@ -129,7 +130,7 @@ export async function startUpstream(): Promise<Upstream> {
     if (path === '/apply') {
       const token = req.headers['fencing-token'] as string | undefined
       applied.push({ event: 'arrived', url, token })
-      await new Promise((r) => setTimeout(r, Number(query.get('ms') ?? 0)))
+      await sleep(Number(query.get('ms') ?? 0))
       applied.push({ event: 'applied', url, token })
       effects++
       const out = JSON.stringify({ n: effects, token })

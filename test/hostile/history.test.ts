@@ -8,7 +8,7 @@ import { afterAll, describe, expect, onTestFailed, test } from 'vitest'
 import { Agent } from 'undici'
 import { Redis } from 'ioredis'
 import pg from 'pg'
-import { startTestGateway } from '../helpers/gateway.js'
+import { startTestGateway, type RouteSpec, type StoreInput } from '../helpers/gateway.js'
 import { metrics, metric } from '../helpers/http.js'
 import { Rng, Leases, hostileSeed, startLedger, runWorkload, checkHistory, formatReport, type Attempt, type Effect, type FaultSpec, type WorkloadOptions } from './history.js'
 
@@ -58,29 +58,20 @@ const workload = (url: string, rng: Rng, keyPrefix: string, dispatcher: Agent): 
 // stale write after a newer one; with it, one process holds newer tokens back until older ones
 // ended, or their unknown outcome's lease did. Route `reject` and route `retry` differ only in
 // `unknownOutcome`.
-const routeBlock = (name: string, ledger: string) => `  - name: ${name}
-    match:
-      path: /${name}/:res/*
-    upstream:
-      url: ${ledger}
-      timeout: ${UPSTREAM_TIMEOUT}ms
-    fencing:
-      resource: "${name}:{param.res}"
-      serialize: true
-    idempotency:
-      required: true
-      lease: ${LEASE}ms
-      unknownOutcome: ${name}
-`
+const route = (name: 'reject' | 'retry', ledger: string): RouteSpec => ({
+  name, path: `/${name}/:res/*`, upstream: { url: ledger, timeout: `${UPSTREAM_TIMEOUT}ms` },
+  fencing: { resource: `${name}:{param.res}`, serialize: true },
+  idempotency: { required: true, lease: `${LEASE}ms`, unknownOutcome: name },
+})
 
-interface StoreKind { kind: string; store: string; drop?: () => Promise<void> }
+interface StoreKind { kind: string; store: StoreInput; drop?: () => Promise<void> }
 
 const stores: StoreKind[] = [
-  { kind: 'memory', store: '  kind: memory' },
-  { kind: 'sqlite', store: '  kind: sqlite\n  path: @DIR@/fencegate.db' },
+  { kind: 'memory', store: { kind: 'memory' } },
+  { kind: 'sqlite', store: { kind: 'sqlite', path: '@DIR@/fencegate.db' } },
   {
     kind: 'redis',
-    store: `  kind: redis\n  url: ${REDIS_URL}\n  keyPrefix: fghist-${run}`,
+    store: { kind: 'redis', url: REDIS_URL, keyPrefix: `fghist-${run}` },
     drop: async () => {
       const r = new Redis(REDIS_URL)
       let cursor = '0'
@@ -94,7 +85,7 @@ const stores: StoreKind[] = [
   },
   {
     kind: 'postgres',
-    store: `  kind: postgres\n  url: ${PG_URL}\n  schema: fghist_${run}\n  pool: 4`,
+    store: { kind: 'postgres', url: PG_URL, schema: `fghist_${run}`, pool: 4 },
     drop: async () => {
       const c = new pg.Client({ connectionString: PG_URL })
       await c.connect()
@@ -181,10 +172,7 @@ describe.concurrent('through the gateway', () => {
   test.for(stores.map((s, i) => ({ ...s, i })))('on $kind: no stale write applied, no key twice under reject, duplicates counted under retry, replays identical, one effect per 2xx', { timeout: 90_000 }, async (s, { expect, onTestFailed }) => {
     onTestFailed(() => console.error(`HOSTILE_SEED=${seed} (store ${s.kind})`))
     const ledger = await startLedger()
-    const gw = await startTestGateway(`store:
-${s.store}
-routes:
-${routeBlock('reject', ledger.url)}${routeBlock('retry', ledger.url)}`)
+    const gw = await startTestGateway({ store: s.store, routes: [route('reject', ledger.url), route('retry', ledger.url)] })
     try {
       const history = await runWorkload(workload(gw.url, root.fork(s.i), `${s.kind}-${run}`, newAgent()))
       await ledger.idle()

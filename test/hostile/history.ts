@@ -30,7 +30,7 @@
  */
 import http from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { sleep, until } from '../helpers/wait.js'
 import { Agent, request } from 'undici'
 
 // ------------------------------------------------------------------------------------ PRNG
@@ -250,11 +250,7 @@ export async function startLedger(): Promise<Ledger> {
     get pending() { return pending },
     get holding() { return holding },
     idle: async (timeoutMs = 10_000) => {
-      const deadline = Date.now() + timeoutMs
-      while (pending > 0) {
-        if (Date.now() > deadline) throw new Error(`ledger still handling ${pending} requests after ${timeoutMs} ms`)
-        await sleep(10)
-      }
+      await until(() => pending === 0, { timeoutMs, intervalMs: 10, message: () => `the ledger to finish its requests (${pending} still in hand)` })
     },
     close: () => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(() => r()) }),
   }

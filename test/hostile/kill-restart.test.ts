@@ -9,12 +9,12 @@
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { rmSync, writeFileSync } from 'node:fs'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { afterAll, describe, test } from 'vitest'
 import { Agent } from 'undici'
 import pg from 'pg'
-import { tempDir, freePort, spawnGateway, type ChildGateway } from '../helpers/gateway.js'
+import { tempDir, freePort, spawnGateway, gatewayConfig, type ChildGateway, type StoreInput } from '../helpers/gateway.js'
 import { metrics, metric, post } from '../helpers/http.js'
+import { sleep, until } from '../helpers/wait.js'
 import { Rng, Leases, hostileSeed, startLedger, runWorkload, checkHistory, formatReport, type FaultSpec } from './history.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -36,26 +36,16 @@ const FAULTS: FaultSpec[] = [
   { name: 'fail', weight: 3 },
 ]
 
-const config = (port: number, admin: number, ledger: string, store: string) => `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-${store}
-routes:
-  - name: ledger
-    match:
-      path: /ledger/:res/*
-    upstream:
-      url: ${ledger}
-      timeout: 1s
-    fencing:
-      resource: "{param.res}"
-      serialize: true
-    idempotency:
-      required: true
-      lease: 1s
-      unknownOutcome: reject
-`
+const config = (port: number, admin: number, ledger: string, store: StoreInput) => gatewayConfig({
+  listen: `127.0.0.1:${port}`,
+  admin: { listen: `127.0.0.1:${admin}` },
+  store,
+  routes: [{
+    name: 'ledger', path: '/ledger/:res/*', upstream: { url: ledger, timeout: '1s' },
+    fencing: { resource: '{param.res}', serialize: true },
+    idempotency: { required: true, lease: '1s', unknownOutcome: 'reject' },
+  }],
+})
 
 const dirs: string[] = []
 const schema = `fgkill_${run}`
@@ -67,9 +57,9 @@ afterAll(async () => {
   await c.end()
 })
 
-const stores = [
-  { kind: 'sqlite', i: 0, store: '  kind: sqlite\n  path: ./fencegate.db' },
-  { kind: 'postgres', i: 1, store: `  kind: postgres\n  url: ${PG_URL}\n  schema: ${schema}\n  pool: 4` },
+const stores: { kind: string; i: number; store: StoreInput }[] = [
+  { kind: 'sqlite', i: 0, store: { kind: 'sqlite', path: './fencegate.db' } },
+  { kind: 'postgres', i: 1, store: { kind: 'postgres', url: PG_URL, schema, pool: 4 } },
 ]
 
 // the two stores side by side: each is a child process, a ledger and mostly waiting
@@ -93,9 +83,8 @@ describe.concurrent('kill -9 under load, restart on the same store', () => {
         const killRng = rng.fork(1000)
         for (let k = 0; k < KILLS; k++) {
           await sleep(killRng.int(400, 900))
-          // kill while a write is applied upstream and its answer not yet back
-          const deadline = Date.now() + 3000
-          while (ledger.holding === 0 && Date.now() < deadline) await sleep(1)
+          // kill while a write is applied upstream and its answer not yet back (after 3 s, kill anyway)
+          await until(() => ledger.holding > 0, { timeoutMs: 3000, intervalMs: 1 }).catch(() => {})
           await g.stop('SIGKILL')
           kills++
           await sleep(killRng.int(0, 200))

@@ -8,10 +8,10 @@ import { createInterface } from 'node:readline'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
-import { startUpstream, type Upstream } from '../helpers/upstream.js'
-import { startTestGateway, route, type TestGateway } from '../helpers/gateway.js'
-import { post, send, type Reply } from '../helpers/http.js'
+import { afterEach, describe, expect, test } from 'vitest'
+import { withGateway } from '../helpers/gateway.js'
+import { expectProblem, post, send, type Reply } from '../helpers/http.js'
+import { sleep } from '../helpers/wait.js'
 import { SqliteStore } from '../../src/store/sqlite/index.js'
 import { StoreError } from '../../src/store/types.js'
 
@@ -70,28 +70,13 @@ const timed = async (p: Promise<Reply>): Promise<{ r: Reply; ms: number }> => {
 }
 
 describe('a gateway on a SQLite file another process has locked', () => {
-  let up: Upstream
-  let gw: TestGateway
-  beforeAll(async () => {
-    up = await startUpstream()
-    gw = await startTestGateway(`store:
-  kind: sqlite
-  path: @DIR@/fg.db
-  timeout: 500ms
-routes:
-${route('guarded', '/guarded/:res/*', up.url, `    fencing:
-      resource: "{param.res}"
-    idempotency:
-      required: true
-`)}  - name: plain
-    match:
-      path: "/plain/*"
-    upstream:
-      url: ${up.url}
-      timeout: 300ms
-`)
-  })
-  afterAll(async () => { await gw?.close(); await up?.close() })
+  const { up, gw } = withGateway((up) => ({
+    store: { kind: 'sqlite', path: '@DIR@/fg.db', timeout: '500ms' },
+    routes: [
+      { name: 'guarded', path: '/guarded/:res/*', upstream: up.url, fencing: { resource: '{param.res}' }, idempotency: { required: true } },
+      { name: 'plain', path: '/plain/*', upstream: { url: up.url, timeout: '300ms' } },
+    ],
+  }))
 
   const write = (res: string, key: string, token = '5') =>
     post(`${gw.url}/guarded/${res}/charge`, { key }, { 'fencing-token': token, 'idempotency-key': key })
@@ -110,10 +95,10 @@ ${route('guarded', '/guarded/:res/*', up.url, `    fencing:
     const ready = timed(send(`${gw.adminUrl}/readyz`))
     // ...while plain requests and the liveness probe come and go, one after another (from 20 ms
     // on: the gateway has taken the guarded ones in by then, they are waiting on the store)
-    await new Promise((r) => setTimeout(r, 20))
+    await sleep(20)
     const quick: { what: string; status: number; ms: number }[] = []
-    const until = performance.now() + 430
-    while (performance.now() < until) {
+    const phaseEnd = performance.now() + 430
+    while (performance.now() < phaseEnd) {
       for (const [what, url] of [['plain', `${gw.url}/plain/x`], ['healthz', `${gw.adminUrl}/healthz`], ['plain, 100 ms upstream', `${gw.url}/plain/slow?ms=100`]]) {
         const { r, ms } = await timed(send(url))
         quick.push({ what, status: r.status, ms: Math.round(ms) })
@@ -133,8 +118,7 @@ ${route('guarded', '/guarded/:res/*', up.url, `    fencing:
       }
     }
     for (const { r, ms } of refused) {
-      expect(r.status, r.text).toBe(503)
-      expect(r.json().type).toBe('urn:fencegate:problem:store-unavailable')
+      expectProblem(r, { status: 503, type: 'store-unavailable' })
       expect(ms).toBeGreaterThanOrEqual(495)
       expect(ms).toBeLessThanOrEqual(600)
     }
@@ -205,7 +189,7 @@ describe('SqliteStore under another process\'s write lock', () => {
     const t0 = performance.now()
     const first = outcome(store.fence('res/a', 2n))
     // a call made 100 ms later has its own deadline, 100 ms later too
-    await new Promise((r) => setTimeout(r, 100))
+    await sleep(100)
     const t1 = performance.now()
     const second = outcome(store.resolve({ route: 'r', scope: 's', key: 'k' }, 'failed', 1000, Date.now()))
     const third = outcome(store.ping())
@@ -215,7 +199,7 @@ describe('SqliteStore under another process\'s write lock', () => {
     const ticks: number[] = []
     for (let i = 0; i < 20; i++) {
       const s = performance.now()
-      await new Promise((r) => setTimeout(r, 10))
+      await sleep(10)
       ticks.push(performance.now() - s)
     }
     const [a, b, c] = await Promise.all([first, second, third])
@@ -246,7 +230,7 @@ describe('SqliteStore under another process\'s write lock', () => {
     await lock.locked
     // 5 is asked first, 4 in a later turn of the event loop (a later batch): 4 must not overtake
     const high = gateway.fence('res/o', 5n)
-    await new Promise((r) => setTimeout(r, 30))
+    await sleep(30)
     const low = gateway.fence('res/o', 4n)
     const claimed = gateway.claim({ route: 'r', scope: 's', key: 'k' }, { fingerprint: 'f', claimId: 'c1', leaseMs: 1, ttlMs: 60_000, retryUnknown: false }, 1000)
     const t0 = performance.now()

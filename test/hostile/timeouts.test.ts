@@ -8,11 +8,9 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startTestGateway, route, type TestGateway } from '../helpers/gateway.js'
-import { send, post } from '../helpers/http.js'
-import { startUpstream, type Upstream } from '../helpers/upstream.js'
-
-const P = 'urn:fencegate:problem:'
+import { startTestGateway, withGateway, type RouteSpec, type TestGateway } from '../helpers/gateway.js'
+import { expectProblem, send, post } from '../helpers/http.js'
+import { sleep } from '../helpers/wait.js'
 
 /** Sends one request and measures how long its answer took, ms. */
 async function timed(url: string, init: Parameters<typeof send>[1] = {}) {
@@ -24,18 +22,14 @@ async function timed(url: string, init: Parameters<typeof send>[1] = {}) {
 const median = (xs: number[]) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 
 describe('upstream.timeout is precise to the millisecond', () => {
-  let up: Upstream
-  let gw: TestGateway
+  const { gw } = withGateway((up) => ({
+    routes: [
+      { name: 't600', path: '/t600/*', upstream: { url: up.url, timeout: '600ms' }, idempotency: { required: true, lease: '1s' } },
+      { name: 't400', path: '/t400/*', upstream: { url: up.url, timeout: '400ms' }, idempotency: { required: true, lease: '1s' } },
+      { name: 't100', path: '/t100/*', upstream: { url: up.url, timeout: '100ms' } },
+    ],
+  }))
   let n = 0
-  beforeAll(async () => {
-    up = await startUpstream()
-    const idem = (lease: string) => `    idempotency:\n      required: true\n      lease: ${lease}\n`
-    gw = await startTestGateway(`store:
-  kind: memory
-routes:
-${route('t600', '/t600/*', up.url, idem('1s')).replace('timeout: 2s', 'timeout: 600ms')}${route('t400', '/t400/*', up.url, idem('1s')).replace('timeout: 2s', 'timeout: 400ms')}${route('t100', '/t100/*', up.url).replace('timeout: 2s', 'timeout: 100ms')}`)
-  })
-  afterAll(async () => { await gw?.close(); await up?.close() })
 
   test('an answer at 550 ms under a 600 ms timeout always arrives (no early 504 turning it into an unknown outcome)', async () => {
     // the issue's input: about one POST a second, at phases that fall between the ticks of a
@@ -46,7 +40,7 @@ ${route('t600', '/t600/*', up.url, idem('1s')).replace('timeout: 2s', 'timeout: 
       const t0 = Date.now()
       const r = await post(`${gw.url}/t600/slow?ms=550`, { j }, { 'idempotency-key': `early-${++n}` })
       statuses.push(r.status)
-      await new Promise((r) => setTimeout(r, Math.max(0, 1_000 - (Date.now() - t0) + j)))
+      await sleep(Math.max(0, 1_000 - (Date.now() - t0) + j))
     }
     expect(statuses).toEqual(jitter.map(() => 200))
   })
@@ -55,8 +49,7 @@ ${route('t600', '/t600/*', up.url, idem('1s')).replace('timeout: 2s', 'timeout: 
     const took: number[] = []
     for (let i = 0; i < 5; i++) {
       const { r, ms } = await timed(`${gw.url}/t400/hang`, { method: 'POST', headers: { 'idempotency-key': `hang-${++n}` }, body: 'x' })
-      expect(r.status).toBe(504)
-      expect(r.json().type).toBe(`${P}upstream-timeout`)
+      expectProblem(r, { status: 504, type: 'upstream-timeout' })
       took.push(ms)
     }
     expect(Math.min(...took)).toBeGreaterThanOrEqual(399)
@@ -110,11 +103,11 @@ for (const store of ['memory', 'sqlite'] as const) {
     beforeAll(async () => {
       // the issue's input: timeout 2 s, lease 2 s, 100 bytes in 10-byte chunks every 400 ms
       up = await dripUpstream(10, 400)
-      const idem = (mode: string) => `    idempotency:\n      required: true\n      lease: 2s\n      unknownOutcome: ${mode}\n`
-      gw = await startTestGateway(`store:
-  kind: ${store}${store === 'sqlite' ? '\n  path: "@DIR@/fg.db"' : ''}
-routes:
-${route('reject', '/reject/*', up.url, idem('reject'))}${route('retry', '/retry/*', up.url, idem('retry'))}`)
+      const route = (mode: 'reject' | 'retry'): RouteSpec => ({ name: mode, path: `/${mode}/*`, upstream: up.url, idempotency: { required: true, lease: '2s', unknownOutcome: mode } })
+      gw = await startTestGateway({
+        store: store === 'sqlite' ? { kind: 'sqlite', path: '@DIR@/fg.db' } : { kind: 'memory' },
+        routes: [route('reject'), route('retry')],
+      })
     })
     afterAll(async () => { await gw?.close(); await up?.close() })
 
@@ -123,10 +116,8 @@ ${route('reject', '/reject/*', up.url, idem('reject'))}${route('retry', '/retry/
         const k = `drip-${mode}-${Date.now()}`
         const hits = up.hits()
         const a = post(`${gw.url}/${mode}/charge`, { amount: 1 }, { 'idempotency-key': k })
-        await new Promise((r) => setTimeout(r, 2_600))
-        const b = await post(`${gw.url}/${mode}/charge`, { amount: 1 }, { 'idempotency-key': k })
-        expect(b.status).toBe(409)
-        expect(b.json().type).toBe(`${P}request-in-flight`)
+        await sleep(2_600)
+        expectProblem(await post(`${gw.url}/${mode}/charge`, { amount: 1 }, { 'idempotency-key': k }), { status: 409, type: 'request-in-flight' })
         const first = await a
         expect(first.status).toBe(201)
         expect(first.body.length).toBe(100)

@@ -8,11 +8,11 @@
 import net from 'node:net'
 import { join } from 'node:path'
 import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { afterAll, beforeAll, describe, expect, onTestFailed, test } from 'vitest'
 import { Agent, request } from 'undici'
-import { tempDir, freePort, spawnGateway, type ChildGateway } from '../helpers/gateway.js'
+import { tempDir, freePort, spawnGateway, gatewayConfig, type ChildGateway } from '../helpers/gateway.js'
 import { metrics, metric } from '../helpers/http.js'
+import { until } from '../helpers/wait.js'
 import { Rng, hostileSeed } from './history.js'
 
 const seed = hostileSeed()
@@ -141,26 +141,16 @@ beforeAll(async () => {
   raw = await startRaw()
   dir = tempDir('fg-hostile-faults-')
   const port = await freePort(), admin = await freePort()
-  const upstream = `    upstream:
-      url: http://127.0.0.1:${raw.port}
-      timeout: ${TIMEOUT_MS}ms
-`
-  writeFileSync(join(dir, 'fencegate.yaml'), `listen: 127.0.0.1:${port}
-admin:
-  listen: 127.0.0.1:${admin}
-store:
-  kind: sqlite
-  path: ./fencegate.db
-routes:
-  - name: idem
-    match:
-      path: /idem/*
-${upstream}    idempotency:
-      lease: 30s
-  - name: plain
-    match:
-      path: /plain/*
-${upstream}`)
+  const upstream = { url: `http://127.0.0.1:${raw.port}`, timeout: `${TIMEOUT_MS}ms` }
+  writeFileSync(join(dir, 'fencegate.yaml'), gatewayConfig({
+    listen: `127.0.0.1:${port}`,
+    admin: { listen: `127.0.0.1:${admin}` },
+    store: { kind: 'sqlite', path: './fencegate.db' },
+    routes: [
+      { name: 'idem', path: '/idem/*', upstream, idempotency: { lease: '30s' } },
+      { name: 'plain', path: '/plain/*', upstream },
+    ],
+  }))
   g = await spawnGateway(join(dir, 'fencegate.yaml'), port, admin, join(dir, 'gateway.log'))
   fdStart = fdCount(g.child.pid!)
 })
@@ -255,10 +245,12 @@ describe('each upstream fault, as CONTRACT.md §5 maps it', () => {
     const unknown = unknownOf(e, r)
     expect(e.check(r), `${fault} on ${route}: expected ${e.text}, got ${JSON.stringify({ ...r, body: r.body?.slice(0, 200) })}`).toBe(true)
     // the counter is bumped before the answer ends; give the scrape a moment on a busy machine
-    let after = await unknownCounts(route)
-    for (let i = 0; i < 20 && unknown && after[unknown] === before[unknown]; i++) { await sleep(50); after = await unknownCounts(route) }
-    expect({ timeout: after.timeout - before.timeout, reset: after.reset - before.reset }, `${fault} on ${route}: fencegate_unknown_outcomes_total`)
-      .toEqual({ timeout: unknown === 'timeout' ? 1 : 0, reset: unknown === 'reset' ? 1 : 0 })
+    const after = await until(async () => {
+      const now = await unknownCounts(route)
+      expect({ timeout: now.timeout - before.timeout, reset: now.reset - before.reset }, `${fault} on ${route}: fencegate_unknown_outcomes_total`)
+        .toEqual({ timeout: unknown === 'timeout' ? 1 : 0, reset: unknown === 'reset' ? 1 : 0 })
+      return now
+    }, { timeoutMs: 1000, intervalMs: 50, message: `${fault} on ${route}: fencegate_unknown_outcomes_total to count it` })
     expect(after.requestsUnknown - before.requestsUnknown, `${fault} on ${route}: fencegate_requests_total{outcome="outcome_unknown"}`).toBe(unknown ? 1 : 0)
     if (key) {
       // the key's retry: 409 outcome-unknown (reject) with the reason; a known answer is replayed
@@ -337,10 +329,8 @@ describe('a few thousand faulty exchanges', () => {
   })
 })
 
-/** Waits until the process's fd count is at most `bound` (connections closing), at most `ms`; returns it. */
+/** Waits until the process's fd count is at most `bound` (connections closing), at most `ms`; returns it, settled or not (the caller asserts the bound). */
 async function settledFds(pid: number, bound: number, ms: number): Promise<number> {
-  const deadline = Date.now() + ms
-  let n = fdCount(pid)
-  while (Date.now() < deadline && n > bound) { await sleep(200); n = fdCount(pid) }
-  return n
+  await until(() => fdCount(pid) <= bound, { timeoutMs: ms, intervalMs: 200 }).catch(() => {})
+  return fdCount(pid)
 }
