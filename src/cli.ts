@@ -271,12 +271,16 @@ function flagsOf(name: string, rest: string[]): { values: Values; positionals: s
     const positional = /^Unexpected argument '([^']+)'/.exec(err.message)
     if (positional) throw usageError(`${name} takes no argument "${positional[1]}"`, hint)
     const missing = /^Option '(-\w, )?(--[\w-]+) <value>' argument missing/.exec(err.message)
-    if (missing) throw usageError(`${missing[2]} needs a value`, hint)
+    if (missing) throw usageError(`${missing[2]} needs ${valueOf(missing[2])}`, hint)
     const ambiguous = /^Option '(-\w, )?(--[\w-]+)' argument is ambiguous/.exec(err.message)
-    if (ambiguous) throw usageError(`${ambiguous[2]} needs a value (one that starts with "-" is written ${ambiguous[2]}=-VALUE)`, hint)
+    if (ambiguous) throw usageError(`${ambiguous[2]} needs ${valueOf(ambiguous[2])}, and what follows it is another flag (a value that starts with "-" is written ${ambiguous[2]}=-VALUE)`, hint)
     throw usageError(err.message, hint)
   }
 }
+
+/** What a flag's value is, for the message when it is missing. */
+const valueOf = (flag: string): string =>
+  flag === '--with-sample' ? 'the sample\'s module (the bundled one: --with-sample dist/examples/payments/server.js)' : 'a value'
 
 function configFile(values: Values): string {
   const file = values.config ?? process.env.FENCEGATE_CONFIG ?? (existsSync('config/fencegate.yaml') ? 'config/fencegate.yaml' : undefined)

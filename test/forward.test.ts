@@ -9,7 +9,7 @@ import net from 'node:net'
 import { Readable } from 'node:stream'
 import { request, Agent } from 'undici'
 import { startUpstream, headerValues, GZIPPED, type Upstream, type Seen } from './helpers/upstream.js'
-import { startTestGateway, freePort, type TestGateway } from './helpers/gateway.js'
+import { startTestGateway, refusedUrl, type TestGateway } from './helpers/gateway.js'
 import { expectProblem, send, metrics, metric } from './helpers/http.js'
 import { sleep, until } from './helpers/wait.js'
 
@@ -113,11 +113,11 @@ let edge: TestGateway
 beforeAll(async () => {
   up = await startUpstream()
   gw = await startTestGateway({ routes: [{ name: 'plain', path: '/*', upstream: up.url }] })
-  const closedPort = await freePort()
+  const closedUrl = await refusedUrl()
   edge = await startTestGateway({
     routes: [
       { name: 'small', path: '/small/*', upstream: up.url, maxRequestBytes: '1KiB' },
-      { name: 'down', path: '/down/*', upstream: `http://127.0.0.1:${closedPort}` },
+      { name: 'down', path: '/down/*', upstream: closedUrl },
       { name: 'short', path: '/hang', upstream: { url: up.url, timeout: '500ms' } },
       { name: 'api', path: '/api/*', upstream: up.url },
     ],

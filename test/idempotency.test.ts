@@ -1,7 +1,7 @@
 // Contract §4: idempotency keys against a running gateway and a real upstream: the table rows,
 // replay byte for byte, release rules, unknown outcomes, scope, ttl, size limits, concurrency.
 import { describe, expect, test } from 'vitest'
-import { withGateway, freePort, startTestGateway } from './helpers/gateway.js'
+import { withGateway, refusedUrl, startTestGateway } from './helpers/gateway.js'
 import { startUpstream } from './helpers/upstream.js'
 import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
 import { sleep } from './helpers/wait.js'
@@ -18,7 +18,7 @@ const { up, gw } = withGateway(async (up) => ({
     { name: 'retry', path: '/retry/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { ...required, unknownOutcome: 'retry' } },
     { name: 'optional', path: '/optional/*', upstream: up.url, idempotency: { required: false } },
     // nothing listens on that port: connect refused
-    { name: 'dead', path: '/dead/*', upstream: `http://127.0.0.1:${await freePort()}`, idempotency: required },
+    { name: 'dead', path: '/dead/*', upstream: await refusedUrl(), idempotency: required },
     { name: 'single', path: '/single/*', upstream: { url: up.url, connections: 1 }, idempotency: required },
     { name: 'main', path: '/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: required },
   ],

@@ -13,7 +13,7 @@ import { parse } from 'yaml'
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace'
 import { startTracing, type Tracing } from '../src/telemetry/sdk.js'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, freePort, type TestGateway } from './helpers/gateway.js'
+import { startTestGateway, refusedUrl, type TestGateway } from './helpers/gateway.js'
 import { expectProblem, post, send } from './helpers/http.js'
 import { requireBinary, promtool, startPrometheus, type Prometheus } from './helpers/prometheus.js'
 import { sleep, until } from './helpers/wait.js'
@@ -38,21 +38,21 @@ beforeAll(async () => {
   requireBinary('prometheus')
   tracing = startTracing({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
   up = await startUpstream()
-  const closed = await freePort()
+  const closed = await refusedUrl()
   const upstream = (url: string, timeout = '300ms') => ({ url, timeout })
   gw = await startTestGateway({
     store: { kind: 'sqlite', path: '@DIR@/fg.db', timeout: '300ms' },
     routes: [
       { name: 'pay', path: '/pay/:acct/*', upstream: upstream(up.url, '600ms'), fencing: { resource: 'acct:{param.acct}' }, idempotency: { required: true, maxResponseBytes: '1KiB' } },
       { name: 'retry', path: '/retry/*', upstream: upstream(up.url), idempotency: { unknownOutcome: 'retry' } },
-      { name: 'down', path: '/down/*', upstream: upstream(`http://127.0.0.1:${closed}`) },
+      { name: 'down', path: '/down/*', upstream: upstream(closed) },
       { name: 'flaky', path: '/flaky/*', upstream: upstream(up.url) },
     ],
   })
   fresh = (await send(`${gw.adminUrl}/metrics`)).text
   expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(200) // fencegate_store_up
   // the gateway's admin listener, and one that is down (the FencegateDown alert has data)
-  prom = await startPrometheus({ targets: [new URL(gw.adminUrl).host, `127.0.0.1:${await freePort()}`], ruleFiles: [RULES] })
+  prom = await startPrometheus({ targets: [new URL(gw.adminUrl).host, new URL(await refusedUrl()).host], ruleFiles: [RULES] })
   // Prometheus holds the fresh gateway's zeros before the first request
   await untilPrometheus(async () => (await instant('fencegate_duplicate_forwards_total{route="retry"} == 0')).length === 1, 'Prometheus scraping the gateway\'s zeros')
   await traffic()

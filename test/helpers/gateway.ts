@@ -47,6 +47,13 @@ export const freePort = () => new Promise<number>((ok, fail) => {
   s.listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => ok(p)) })
 })
 
+/**
+ * An http URL where nothing listens: connecting is refused. On 127.0.0.3, not 127.0.0.1: a port
+ * found free on 127.0.0.1 can be taken a moment later by another test file's listener (they run
+ * in parallel), which would then answer instead of refusing. Nothing here binds 127.0.0.3.
+ */
+export const refusedUrl = async (): Promise<string> => `http://127.0.0.3:${await freePort()}`
+
 // ------------------------------------------------------------------------------ configs
 
 /** The config file as YAML holds it (zod's input side of src/config/schema.ts): durations as text ('2s'), sizes as text or bytes. */
