@@ -45,10 +45,12 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
-# what the gateway runs: the compiled sources and the sample service (--with-sample); no
-# benchmarks, scripts, other examples or source maps
+# what the gateway runs: the compiled sources and the sample service (--with-sample
+# dist/examples/payments/server.js, with the helper it imports); no benchmarks, scripts, other
+# examples or source maps
 COPY --from=build /app/dist/src ./dist/src
 COPY --from=build /app/dist/examples/payments ./dist/examples/payments
+COPY --from=build /app/dist/examples/is-main.js ./dist/examples/is-main.js
 COPY LICENSE ./LICENSE
 COPY config/docker.yaml /etc/fencegate/fencegate.yaml
 # the image's own unprivileged user "node" (uid 1000, gid 1000) owns the data folder

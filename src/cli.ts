@@ -430,7 +430,8 @@ async function start(config: Config, file: string, values: Values): Promise<void
   }
   try {
     // a store that answers only after start-up and then refuses: the gateway has closed itself
-    const onRefused = () => { sample?.close().finally(() => process.exit(2)) }
+    // Promise.resolve: without a sample there is nothing to close, and the exit must still come
+    const onRefused = () => { Promise.resolve(sample?.close()).finally(() => process.exit(2)) }
     running = await (cluster.isWorker ? startWorker(config, log, file) : workers > 1 ? startPrimary(config, workers, log, file, onRefused) : startGateway(config, log, { configFile: file, onRefused }))
   } catch (e) {
     await sample?.close()

@@ -4,7 +4,7 @@
  * Failure mapping (contract §5): connect failure → 502 (nothing sent); no response headers
  * within `upstream.timeout` → 504 (outcome unknown); reset after sending → 502 (outcome
  * unknown); reset after the response headers → the client's connection is aborted too.
- * The exchange runs on undici's dispatch API with one handler (./capture.ts): on idempotent
+ * The exchange runs on undici's dispatch API with one handler (./upstream-call.ts): on idempotent
  * routes the answer is captured for the record before the client sees it, else streamed.
  */
 import type { IncomingMessage } from 'node:http'
@@ -52,7 +52,7 @@ export function createUpstream(route: CompiledRoute): Pool {
   return new Pool(new URL(u.url).origin, {
     connections: u.connections,
     connect: { timeout: u.connectTimeout },
-    // the exchange keeps its own millisecond timers (./capture.ts): undici's are ~0.5 s coarse
+    // the exchange keeps its own millisecond timers (./upstream-call.ts): undici's are ~0.5 s coarse
     headersTimeout: 0,
     bodyTimeout: 0,
     keepAliveTimeout: 4_000,

@@ -202,18 +202,25 @@ export interface Store {
    * is forwarded either way). Round trips and what may run between the steps are not checked by
    * the suite.
    *
-   * Half failure: admit is fence, then claim. When the claim step fails while the store still
-   * answers, admit rejects with StoreError, no claim is held, and the fence's decision stands:
-   * the mark is left as a lone `fence` would have left it (raised to the token, with `now` as its
-   * `since`, when it was below); a retry of the same admit with a new claimId is admitted.
+   * Half failure: admit is fence, then claim. When the engine refuses the claim step itself while
+   * the store answers (a write refused by a trigger or a constraint, a script error, a memory
+   * store at capacity), admit rejects with StoreError, no claim is held, and the fence's decision
+   * stands: the mark is left as a lone `fence` would have left it (raised to the token, with `now`
+   * as its `since`, when it was below); a retry of the same admit with a new claimId is admitted.
    * Nothing undoes a raised mark: on a Redis Cluster the fence is on another slot, and lowering a
-   * mark could let an older token in after a newer one was forwarded. When the store cannot be
-   * reached at all, nothing changed. (A claim whose answer was lost on the way — the store wrote
-   * it but the connection dropped — is held until its lease ends and then reads as an unknown
-   * outcome, reason `crash`; guardStore in ./index.ts gives back a claim that answers after the
-   * timeout.) The suite checks the half failure with each store's fault injector
-   * (`ConformanceOptions.failClaims`): the rejection, the raised mark, a stale token still
-   * answered, and the retry. That an unreachable store changed nothing is not checked by any test.
+   * mark could let an older token in after a newer one was forwarded.
+   * When the failure takes the whole call down instead, the mark may be left as it was: the store
+   * unreachable or too slow, a full disk or an I/O error (SQLite and PostgreSQL roll the whole
+   * transaction back; PostgreSQL does not re-fence after classes 08, 53 and 57, where a second
+   * statement would only wait or fail the same way). On a Redis Cluster whose record master alone
+   * fails, the fence on the other master is written. In every case: no claim of this call is
+   * held, the mark is never above the token, and the retry is admitted. (A claim whose answer was
+   * lost on the way — the store wrote it but the connection dropped — is held until its lease
+   * ends and then reads as an unknown outcome, reason `crash`; guardStore in ./index.ts gives back
+   * a claim that answers after the timeout.) The suite checks the engine-refused case with each
+   * store's fault injector (`ConformanceOptions.failClaims`): the rejection, the raised mark, a
+   * stale token still answered, and the retry; test/store/postgres.test.ts checks a statement
+   * timeout leaving the mark as it was. The other whole-call failures are not checked by a test.
    * @throws StoreError when either step fails (as above), or after `close()`
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult>
@@ -239,7 +246,9 @@ export interface Store {
    * Extend the lease of the in-flight attempt `claimId` to `now + leaseMs`, while its exchange is
    * alive (the gateway renews its own claims: src/idempotency/lease.ts).
    * @returns true when the record is still in flight under `claimId` (renewed); false when it
-   *   was finished, released, expired or taken over (nothing written)
+   *   was finished, released or taken over (nothing written). A record past its ttl that no
+   *   claim has replaced yet may still be renewed (true): its ttl is far longer than any lease, and
+   *   the next claim of the key decides by ttl whatever the lease says.
    */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean>
   /**

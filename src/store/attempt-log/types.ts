@@ -22,7 +22,7 @@ export interface AuditEntry {
   resource?: string
   /** the fencing token as a decimal string */
   token?: string
-  /** hex SHA-256 of scope and key (`auditKeyHash`); never the key */
+  /** hex SHA-256 of scope and key (`keyHashOf`, src/idempotency/record-key.ts); never the key */
   keyHash?: string
   /** the request fingerprint (hex SHA-256 of method, path, query, content type, body) */
   fingerprint?: string

@@ -62,7 +62,9 @@ return {1, t, ARGV[3], 1}
 // A claim that finds the record in flight under its own claim id is this very call sent again
 // (a cluster client resends a command whose connection closed before the reply): it answers as
 // the first run did, from `after`/`ab`. Every read and check (HMGET first: a key of another
-// type fails there) comes before the first write, so a claim that fails wrote nothing.
+// type fails there) comes before the first write, so a claim that fails wrote nothing. Memory
+// limits cannot split a script's writes: Redis refuses a write that may grow memory only while
+// the script has written nothing yet, and never stops it midway (script.c scriptVerifyOOM).
 const CLAIM = `
 local k = KEYS[1]
 local fp, cid, leaseUntil, expiresAt, ttl, retry, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1', tonumber(ARGV[7])
