@@ -21,7 +21,7 @@ import type { Database as Db, Statement, Transaction } from 'better-sqlite3'
 import { storeCall } from '../call.js'
 import { auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog, TimelineFilter } from '../attempt-log/types.js'
-import { busyWhy, isBusy, nextPause } from './busy.js'
+import { busyWhy, isBusy, nextPause, Soon } from './busy.js'
 import { AUDIT, AUDIT_TABLE } from './sql.js'
 
 /** how long the log lets request-path writes go first before it takes the turn after a group commit, ms */
@@ -65,8 +65,8 @@ export class SqliteAttemptLog implements AuditLog {
   /** one log transaction: the appends' savepoints, then the prune's; returns the appends that failed and how many entries were deleted */
   readonly #tx: Transaction<(batch: Append[], pruneBefore: number | undefined) => { failed: Map<Append, unknown>; pruned?: number }>
   #queue: Append[] = []
-  /** set while a log transaction is due (next turn, or after a pause): cancels it */
-  #cancel?: () => void
+  /** the log transaction due next: on the next turn, or after a pause */
+  readonly #soon = new Soon(() => this.#flush())
   /** the pause before the next try while the file is locked, ms; 0 after a transaction went through */
   #pause = 0
   /** when entries past the retention were last deleted (Date.now()); 0: due at the next transaction */
@@ -112,7 +112,7 @@ export class SqliteAttemptLog implements AuditLog {
     const queued = performance.now()
     return storeCall('sqlite', 'audit_append', this.#host.closed(), () => new Promise<void>((resolve, reject) => {
       this.#queue.push({ entries: batch, resolve, reject, queued })
-      if (!this.#cancel) this.#schedule()
+      if (!this.#soon.pending) this.#soon.schedule()
     }), (e) => busyWhy(e, queued))
   }
 
@@ -142,37 +142,22 @@ export class SqliteAttemptLog implements AuditLog {
   kick(): void {
     if (!this.#queue.length) return
     this.#insist = performance.now() - this.#queue[0].queued >= LOG_PATIENCE_MS
-    this.#cancel?.()
-    this.#schedule()
+    this.#soon.schedule()
   }
 
   /** Writes what was appended so far, waiting for another process's lock as appends do (close). */
   async drain(): Promise<void> {
     this.#draining = true
     while (this.#queue.length && this.#host.db.open) {
-      this.#cancel?.()
-      this.#cancel = undefined
+      this.#soon.cancel()
       this.#write()
       if (this.#queue.length) await new Promise((r) => setTimeout(r, this.#pause))
     }
-    this.#cancel?.()
-    this.#cancel = undefined
-  }
-
-  /** Writes on the next turn of the event loop, or after `pauseMs`. */
-  #schedule(pauseMs?: number): void {
-    if (pauseMs === undefined) {
-      const next = setImmediate(() => this.#flush())
-      this.#cancel = () => clearImmediate(next)
-    } else {
-      const next = setTimeout(() => this.#flush(), pauseMs)
-      this.#cancel = () => clearTimeout(next)
-    }
+    this.#soon.cancel()
   }
 
   #flush(): void {
-    this.#cancel?.()
-    this.#cancel = undefined
+    this.#soon.cancel()
     if (!this.#queue.length) return
     // request-path writes first: their group commit kicks the log once it is done
     if (this.#host.writesWaiting() && !this.#insist && !this.#draining) return
@@ -211,7 +196,7 @@ export class SqliteAttemptLog implements AuditLog {
   }
 
   #next(): void {
-    if (this.#queue.length && !this.#cancel && !this.#draining) this.#schedule()
+    if (this.#queue.length && !this.#soon.pending && !this.#draining) this.#soon.schedule()
   }
 
   /**
@@ -230,6 +215,6 @@ export class SqliteAttemptLog implements AuditLog {
     if (!this.#queue.length) return
     this.#pause = nextPause(this.#pause)
     if (this.#draining) return
-    this.#schedule(Math.max(0, Math.min(this.#pause, this.#queue[0].queued + this.#host.busyTimeoutMs - now)))
+    this.#soon.schedule(Math.max(0, Math.min(this.#pause, this.#queue[0].queued + this.#host.busyTimeoutMs - now)))
   }
 }

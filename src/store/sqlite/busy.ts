@@ -47,3 +47,40 @@ export function retryWhileBusy<T>(fn: () => T, timeoutMs: number, undo: () => vo
     attempt()
   })
 }
+
+/**
+ * One pending run of a flush: on the next turn of the event loop (after the I/O of this one, so
+ * the calls made in this turn go in one transaction), or after a pause (a lock to wait out).
+ */
+export class Soon {
+  #cancel?: () => void
+  constructor(private readonly run: () => void) {}
+
+  /** whether a run is pending */
+  get pending(): boolean {
+    return this.#cancel !== undefined
+  }
+
+  /** Runs on the next turn, or after `pauseMs`; replaces a run pending already. */
+  schedule(pauseMs?: number): void {
+    this.cancel()
+    if (pauseMs === undefined) {
+      const next = setImmediate(() => this.#fire())
+      this.#cancel = () => clearImmediate(next)
+    } else {
+      const next = setTimeout(() => this.#fire(), pauseMs)
+      this.#cancel = () => clearTimeout(next)
+    }
+  }
+
+  /** Drops the pending run, if any. */
+  cancel(): void {
+    this.#cancel?.()
+    this.#cancel = undefined
+  }
+
+  #fire(): void {
+    this.#cancel = undefined
+    this.run()
+  }
+}

@@ -30,7 +30,7 @@ import Database, { type Database as Db, type Statement } from 'better-sqlite3'
 import { recordId } from '../record-state.js'
 import { storeCall } from '../call.js'
 import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type OlderWrites, type RecordKey, type Registration, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
-import { busyWhy, isBusy, nextPause, retryWhileBusy } from './busy.js'
+import { busyWhy, isBusy, nextPause, retryWhileBusy, Soon } from './busy.js'
 import { ADDED_COLUMNS, META, REGISTRATIONS_SCHEMA, SCHEMA, addColumn, tableInfo } from './sql.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
@@ -82,8 +82,8 @@ export class SqliteStore implements Store {
   readonly #resolveTx: (id: string, as: Resolution, ttlMs: number, now: number) => ResolveResult
   readonly #acceptLossTx: () => string
   #pending: Pending[] = []
-  /** set while a flush is due (next turn, or after a pause while locked): cancels it */
-  #cancelFlush?: () => void
+  /** the group commit due next: on the next turn, or after a pause while the file is locked */
+  readonly #soon = new Soon(() => this.#flush())
   /** the pause before the next try of a locked batch, ms; 0 after a batch went through */
   #pause = 0
   /** how long a call may wait for another process's lock, ms */
@@ -181,24 +181,12 @@ export class SqliteStore implements Store {
     const queued = performance.now()
     return storeCall('sqlite', op, this.#closed, () => new Promise<T>((resolve, reject) => {
       this.#pending.push({ run, resolve: resolve as (v: unknown) => void, reject, queued })
-      if (!this.#cancelFlush) this.#schedule()
+      if (!this.#soon.pending) this.#soon.schedule()
     }), (e) => busyWhy(e, queued))
   }
 
-  /** Flushes on the next turn of the event loop, or after `pauseMs`. */
-  #schedule(pauseMs?: number): void {
-    if (pauseMs === undefined) {
-      const next = setImmediate(() => this.#flush())
-      this.#cancelFlush = () => clearImmediate(next)
-    } else {
-      const next = setTimeout(() => this.#flush(), pauseMs)
-      this.#cancelFlush = () => clearTimeout(next)
-    }
-  }
-
   #flush(): void {
-    this.#cancelFlush?.()
-    this.#cancelFlush = undefined
+    this.#soon.cancel()
     const batch = this.#pending
     if (!batch.length) return
     this.#pending = []
@@ -238,7 +226,7 @@ export class SqliteStore implements Store {
     if (!this.#pending.length) return this.#log.kick()
     this.#pause = nextPause(this.#pause)
     // the queue is in the order the calls were made: the first one's time runs out first
-    this.#schedule(Math.max(0, Math.min(this.#pause, this.#pending[0].queued + this.#busyTimeoutMs - now)))
+    this.#soon.schedule(Math.max(0, Math.min(this.#pause, this.#pending[0].queued + this.#busyTimeoutMs - now)))
   }
 
   /** Ends a transaction a failed statement left open (better-sqlite3 normally has rolled it back). */
