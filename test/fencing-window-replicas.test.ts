@@ -7,20 +7,17 @@ import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { rmSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { Redis } from 'ioredis'
-import pg from 'pg'
 import { request } from 'undici'
 import { startUpstream, type Upstream, type Applied } from './helpers/upstream.js'
 import { startTestGateway, tempDir, type GatewaySpec, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
 import { expectProblem, post, metrics, metric } from './helpers/http.js'
 import { sleep, until } from './helpers/wait.js'
+import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from './helpers/stores.js'
 import { SqliteStore } from '../src/store/sqlite/index.js'
 import { RedisStore } from '../src/store/redis/index.js'
 import { PostgresStore } from '../src/store/postgres/index.js'
 import type { Store } from '../src/store/types.js'
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
-const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const run = randomUUID().replaceAll('-', '').slice(0, 10)
 
 interface Shared {
@@ -44,27 +41,13 @@ const stores: Shared[] = [
     kind: 'redis',
     store: { kind: 'redis', url: REDIS_URL, keyPrefix: `fgwin-${run}` },
     client: () => RedisStore.open({ url: REDIS_URL, keyPrefix: `fgwin-${run}` }),
-    drop: async () => {
-      const r = new Redis(REDIS_URL)
-      let cursor = '0'
-      do {
-        const [next, keys] = await r.scan(cursor, 'MATCH', `{fg:fgwin-${run}:*`, 'COUNT', 1000)
-        cursor = next
-        if (keys.length) await r.del(...keys)
-      } while (cursor !== '0')
-      r.disconnect()
-    },
+    drop: () => dropRedisPrefix(`fgwin-${run}`),
   },
   {
     kind: 'postgres',
     store: { kind: 'postgres', url: PG_URL, schema: `fgwin_${run}`, pool: 4 },
     client: () => PostgresStore.open({ url: PG_URL, schema: `fgwin_${run}`, pool: 2, reapIntervalMs: 0 }),
-    drop: async () => {
-      const c = new pg.Client({ connectionString: PG_URL })
-      await c.connect()
-      await c.query(`DROP SCHEMA IF EXISTS fgwin_${run} CASCADE`)
-      await c.end()
-    },
+    drop: () => dropPostgresSchema(`fgwin_${run}`),
   },
 ]
 

@@ -5,15 +5,12 @@ import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { rmSync, writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { Redis } from 'ioredis'
-import pg from 'pg'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway, type StoreInput } from './helpers/gateway.js'
 import { expectProblem, post, metrics, metric } from './helpers/http.js'
 import { until } from './helpers/wait.js'
+import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from './helpers/stores.js'
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
-const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const run = randomUUID().replaceAll('-', '').slice(0, 10)
 
 interface Shared {
@@ -27,26 +24,12 @@ const stores: Shared[] = [
   {
     kind: 'redis',
     store: { kind: 'redis', url: REDIS_URL, keyPrefix: `fgrep-${run}` },
-    drop: async () => {
-      const r = new Redis(REDIS_URL)
-      let cursor = '0'
-      do {
-        const [next, keys] = await r.scan(cursor, 'MATCH', `{fg:fgrep-${run}:*`, 'COUNT', 1000)
-        cursor = next
-        if (keys.length) await r.del(...keys)
-      } while (cursor !== '0')
-      r.disconnect()
-    },
+    drop: () => dropRedisPrefix(`fgrep-${run}`),
   },
   {
     kind: 'postgres',
     store: { kind: 'postgres', url: PG_URL, schema: `fgrep_${run}`, pool: 4 },
-    drop: async () => {
-      const c = new pg.Client({ connectionString: PG_URL })
-      await c.connect()
-      await c.query(`DROP SCHEMA IF EXISTS fgrep_${run} CASCADE`)
-      await c.end()
-    },
+    drop: () => dropPostgresSchema(`fgrep_${run}`),
   },
 ]
 

@@ -6,14 +6,11 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, describe, expect, onTestFailed, test } from 'vitest'
 import { Agent } from 'undici'
-import { Redis } from 'ioredis'
-import pg from 'pg'
 import { startTestGateway, type RouteSpec, type StoreInput } from '../helpers/gateway.js'
 import { metrics, metric } from '../helpers/http.js'
+import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from '../helpers/stores.js'
 import { Rng, Leases, hostileSeed, startLedger, runWorkload, checkHistory, formatReport, type Attempt, type Effect, type FaultSpec, type WorkloadOptions } from './history.js'
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
-const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const run = randomUUID().replaceAll('-', '').slice(0, 10)
 const seed = hostileSeed()
 const root = new Rng(seed)
@@ -72,26 +69,12 @@ const stores: StoreKind[] = [
   {
     kind: 'redis',
     store: { kind: 'redis', url: REDIS_URL, keyPrefix: `fghist-${run}` },
-    drop: async () => {
-      const r = new Redis(REDIS_URL)
-      let cursor = '0'
-      do {
-        const [next, keys] = await r.scan(cursor, 'MATCH', `{fg:fghist-${run}:*`, 'COUNT', 1000)
-        cursor = next
-        if (keys.length) await r.del(...keys)
-      } while (cursor !== '0')
-      r.disconnect()
-    },
+    drop: () => dropRedisPrefix(`fghist-${run}`),
   },
   {
     kind: 'postgres',
     store: { kind: 'postgres', url: PG_URL, schema: `fghist_${run}`, pool: 4 },
-    drop: async () => {
-      const c = new pg.Client({ connectionString: PG_URL })
-      await c.connect()
-      await c.query(`DROP SCHEMA IF EXISTS fghist_${run} CASCADE`)
-      await c.end()
-    },
+    drop: () => dropPostgresSchema(`fghist_${run}`),
   },
 ]
 
