@@ -104,6 +104,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     call(op, () => attempt).catch((e) => {
       attempt.then((r) => {
         const c = claimOf(r)
+        // the late call found an attempt abandoned past its lease and made it an unknown outcome
+        // (or took it over): the request that would have counted it already got 503
+        if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
         if (c?.kind !== 'claimed') return
         return c.after ? inner.finish(key, req.claimId, { kind: 'unknown', reason: c.after }, req.ttlMs, now) : inner.release(key, req.claimId)
       }).catch(() => {})

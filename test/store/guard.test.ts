@@ -15,8 +15,11 @@ import { key, req, T0 } from './conformance.js'
 
 const TIMEOUT_MS = 50
 
-/** What guardStore touches of the metrics: the error counter and the duration histogram, by store and op. */
-const fakeMetrics = () => ({ storeErrors: { inc: vi.fn() }, storeDuration: { observe: vi.fn() } })
+/**
+ * What guardStore touches of the metrics: the error counter and the duration histogram, by store
+ * and op, and the unknown outcomes a late claim found (an abandoned attempt), by route.
+ */
+const fakeMetrics = () => ({ storeErrors: { inc: vi.fn() }, storeDuration: { observe: vi.fn() }, unknownOutcomes: { inc: vi.fn() } })
 const fakeLog = () => ({ debug: vi.fn(), info: vi.fn(), warn: vi.fn(), error: vi.fn(), access: vi.fn() })
 
 /** A call of the double not answered yet. */
@@ -169,6 +172,19 @@ describe('guardStore: a claim that answers after the timeout is given back', () 
     inner.held[0].answer({ fence: { accepted: true, highest: 7n }, claim: { kind: 'claimed', after: 'crash', abandoned: true } })
     await settle()
     expect(inner.calls).toEqual([['finish', key(), 'late-4', { kind: 'unknown', reason: 'crash' }, req('x').ttlMs, T0]])
+    // the crashed holder's unknown outcome is counted here: the request that found it got 503
+    expect(metrics.unknownOutcomes.inc).toHaveBeenCalledTimes(1)
+    expect(metrics.unknownOutcomes.inc).toHaveBeenCalledWith({ route: key().route, reason: 'crash' })
+  })
+
+  test('claim answers `unknown` (abandoned) late: nothing given back, the crash counted once', async () => {
+    const inner = new Scripted()
+    await timedOut(() => guard(inner).claim(key(), req('late-5'), T0), 'claim')
+    inner.held[0].answer({ kind: 'unknown', reason: 'crash', abandoned: true })
+    await settle()
+    expect(inner.calls).toEqual([])
+    expect(metrics.unknownOutcomes.inc).toHaveBeenCalledTimes(1)
+    expect(metrics.unknownOutcomes.inc).toHaveBeenCalledWith({ route: key().route, reason: 'crash' })
   })
 
   const notClaimed: [string, ClaimResult][] = [
