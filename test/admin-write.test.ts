@@ -1,11 +1,11 @@
 // Issue 15 §1: admin write actions (POST /resolve, POST /store/accept-loss) need their own
 // token, admin.writeToken, and answer 403 without one configured; who and why go to the attempt
 // log; an admin listener beyond loopback without admin.token is warned about at start.
-import { spawnSync } from 'node:child_process'
 import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
-import { CLI, gatewayConfig, startTestGateway, tempDir, type ConfigInput, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { gatewayConfig, startTestGateway, tempDir, type ConfigInput, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { runCli } from './helpers/run.js'
 import { expectProblem, send } from './helpers/http.js'
 
 const cleanups: (() => Promise<void> | void)[] = []
@@ -64,19 +64,19 @@ describe('admin write actions', () => {
     ])
   })
 
-  test('store accept-loss --reason on the command line: recorded with the user and host', () => {
+  test('store accept-loss --reason on the command line: recorded with the user and host', async () => {
     const dir = tempDir('fg-write-')
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
     const file = join(dir, 'fencegate.yaml')
     writeFileSync(file, gatewayConfig({ store: { kind: 'sqlite', path: './fg.db' }, routes }))
-    const accept = spawnSync(process.execPath, [CLI, 'store', 'accept-loss', '--config', file, '--reason', 'replaced the disk'], { encoding: 'utf8' })
+    const accept = await runCli(['store', 'accept-loss', '--config', file, '--reason', 'replaced the disk'])
     expect(accept.stderr).toBe('')
     expect(accept.status).toBe(0)
-    const audit = spawnSync(process.execPath, [CLI, 'audit', '--config', file, '--json'], { encoding: 'utf8' })
+    const audit = await runCli(['audit', '--config', file, '--json'])
     expect(JSON.parse(audit.stdout).operatorActions).toEqual([
       expect.objectContaining({ kind: 'accept-loss', reason: 'replaced the disk', by: expect.stringMatching(/^cli:.+@.+/) }),
     ])
-    const text = spawnSync(process.execPath, [CLI, 'audit', '--config', file], { encoding: 'utf8' })
+    const text = await runCli(['audit', '--config', file])
     expect(text.stdout).toMatch(/store state loss accepted {2}by cli:.* {2}reason: replaced the disk/)
   })
 })

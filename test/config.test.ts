@@ -1,10 +1,10 @@
 // Bad config: every kind of mistake exits 2 with one line per problem naming its YAML path
 // (contract §2), through the real CLI.
 import { describe, expect, test } from 'vitest'
-import { spawnSync } from 'node:child_process'
 import { readdirSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { CLI, tempDir } from './helpers/gateway.js'
+import { tempDir } from './helpers/gateway.js'
+import { runCli } from './helpers/run.js'
 
 const GOOD = `listen: 127.0.0.1:0
 admin:
@@ -26,28 +26,28 @@ routes:
       maxResponseBytes: 1MiB
 `
 
-function cli(args: string[], yaml?: string, env: Record<string, string> = {}) {
+async function cli(args: string[], yaml?: string, env: Record<string, string> = {}) {
   const dir = tempDir('fg-config-')
   const file = join(dir, 'fencegate.yaml')
   if (yaml !== undefined) writeFileSync(file, yaml)
-  const r = spawnSync(process.execPath, [CLI, ...args, '--config', file], { encoding: 'utf8', timeout: 15_000, env: { ...process.env, ...env } })
+  const r = await runCli([...args, '--config', file], { timeout: 15_000, env: { ...process.env, ...env } })
   return { code: r.status, out: r.stdout, err: r.stderr, file }
 }
 const check = (yaml: string, env?: Record<string, string>) => cli(['check-config'], yaml, env)
 
 describe('check-config', () => {
-  test('a good config exits 0', () => {
-    const r = check(GOOD)
+  test('a good config exits 0', async () => {
+    const r = await check(GOOD)
     expect(r.err).toBe('')
     expect(r.code).toBe(0)
   })
 
-  test('every config shipped in config/ is valid', () => {
+  test('every config shipped in config/ is valid', async () => {
     const dir = resolve(import.meta.dirname, '../config')
     const files = readdirSync(dir).filter((f) => f.endsWith('.yaml'))
     expect(files).toContain('fencegate.yaml')
     for (const f of files) {
-      const r = spawnSync(process.execPath, [CLI, 'check-config', '--config', join(dir, f)], { encoding: 'utf8' })
+      const r = await runCli(['check-config', '--config', join(dir, f)])
       expect(r.stderr, f).toBe('')
       expect(r.status, f).toBe(0)
     }
@@ -97,23 +97,23 @@ describe('check-config', () => {
     ['idempotency methods the route never admits', GOOD.replace('ttl: 24h', 'ttl: 24h\n      methods: [PUT]'), 'routes[0].idempotency.methods: none of PUT is in match.methods (POST), so this route never uses an idempotency key'],
     ['a 2xx in releaseStatuses', GOOD.replace('ttl: 24h', 'ttl: 24h\n      releaseStatuses: [201]'), 'routes[0].idempotency.releaseStatuses[0]: must be a 4xx or 5xx status'],
     ['a tab in the indentation', GOOD.replace('    fencing:', '\tfencing:'), 'not valid YAML: Tabs are not allowed as indentation (indent with spaces)'],
-  ])('%s: exit 2 naming the YAML path', (_what, yaml, expected) => {
-    const r = check(yaml)
+  ])('%s: exit 2 naming the YAML path', async (_what, yaml, expected) => {
+    const r = await check(yaml)
     expect(r.code).toBe(2)
     expect(r.err).toContain(expected)
     expect(r.err).not.toMatch(/\n\s+at /) // never a stack trace
   })
 
-  test('a tab in the indentation: its line and column', () => {
-    expect(check(GOOD.replace('    fencing:', '\tfencing:')).err).toMatch(/fencegate\.yaml:14:1: routes\[0\][.\w]*: not valid YAML: Tabs are not allowed/)
+  test('a tab in the indentation: its line and column', async () => {
+    expect((await check(GOOD.replace('    fencing:', '\tfencing:'))).err).toMatch(/fencegate\.yaml:14:1: routes\[0\][.\w]*: not valid YAML: Tabs are not allowed/)
   })
 
-  test('the message gives the file and line of the mistake', () => {
-    const r = check(GOOD.replace('timeout: 10s', 'timeout: soon'))
+  test('the message gives the file and line of the mistake', async () => {
+    const r = await check(GOOD.replace('timeout: 10s', 'timeout: soon'))
     expect(r.err).toMatch(/fencegate\.yaml:13: routes\[0\]\.upstream\.timeout/)
   })
 
-  test('every problem in one pass: unset variable, misspelt key, bad value, shadowed route, listeners', () => {
+  test('every problem in one pass: unset variable, misspelt key, bad value, shadowed route, listeners', async () => {
     const yaml = `listen: 127.0.0.1:7000
 admin:
   listen: 127.0.0.1:7000
@@ -143,7 +143,7 @@ routes:
       resource: "{param.a}"
       required: no
 `
-    const r = check(yaml)
+    const r = await check(yaml)
     expect(r.code).toBe(2)
     const lines = r.err.trim().split('\n')
     expect(lines).toEqual([
@@ -156,8 +156,8 @@ routes:
     ])
   })
 
-  test('a YAML syntax error: one line, with line and column', () => {
-    const r = check(GOOD.replace('      methods: [POST]', '      methods: [POST'))
+  test('a YAML syntax error: one line, with line and column', async () => {
+    const r = await check(GOOD.replace('      methods: [POST]', '      methods: [POST'))
     expect(r.code).toBe(2)
     const lines = r.err.trim().split('\n')
     expect(lines).toHaveLength(1)
@@ -165,34 +165,34 @@ routes:
     expect(lines[0]).toMatch(/fencegate\.yaml:\d+:\d+: routes\[0\][.\w[\]]*: not valid YAML: /)
   })
 
-  test('several mistakes: one line each', () => {
-    const r = check(GOOD.replace('timeout: 10s', 'timeout: soon').replace('ttl: 24h', 'ttl: never'))
+  test('several mistakes: one line each', async () => {
+    const r = await check(GOOD.replace('timeout: 10s', 'timeout: soon').replace('ttl: 24h', 'ttl: never'))
     expect(r.code).toBe(2)
     expect(r.err.trim().split('\n')).toHaveLength(2)
   })
 
-  test('${ENV} and ${ENV:-default} are interpolated', () => {
+  test('${ENV} and ${ENV:-default} are interpolated', async () => {
     const yaml = GOOD.replace('http://127.0.0.1:9090', '${FG_TEST_UP}').replace('timeout: 10s', 'timeout: ${FG_TEST_TIMEOUT:-5s}')
-    expect(check(yaml, { FG_TEST_UP: 'http://127.0.0.1:1' }).code).toBe(0)
-    expect(check(yaml, { FG_TEST_UP: 'http://127.0.0.1:1', FG_TEST_TIMEOUT: 'later' }).err).toContain('"later" is not a duration')
+    expect((await check(yaml, { FG_TEST_UP: 'http://127.0.0.1:1' })).code).toBe(0)
+    expect((await check(yaml, { FG_TEST_UP: 'http://127.0.0.1:1', FG_TEST_TIMEOUT: 'later' })).err).toContain('"later" is not a duration')
   })
 
-  test('a missing file exits 2 and says so', () => {
-    const r = spawnSync(process.execPath, [CLI, 'check-config', '--config', '/nonexistent/fencegate.yaml'], { encoding: 'utf8' })
+  test('a missing file exits 2 and says so', async () => {
+    const r = await runCli(['check-config', '--config', '/nonexistent/fencegate.yaml'])
     expect(r.status).toBe(2)
     expect(r.stderr).toContain('cannot read the file: ENOENT')
   })
 })
 
 describe('start-up', () => {
-  test('a bad config stops start-up with exit 2', () => {
-    const r = cli([], GOOD.replace('kind: memory', 'kind: memory\n  colour: blue'))
+  test('a bad config stops start-up with exit 2', async () => {
+    const r = await cli([], GOOD.replace('kind: memory', 'kind: memory\n  colour: blue'))
     expect(r.code).toBe(2)
     expect(r.err).toContain('store.colour: unknown key')
   })
 
-  test('a SQLite path that cannot be opened stops start-up with exit 2 naming store.path', () => {
-    const r = cli([], GOOD.replace('kind: memory', 'kind: sqlite\n  path: /dev/null/fencegate.db'))
+  test('a SQLite path that cannot be opened stops start-up with exit 2 naming store.path', async () => {
+    const r = await cli([], GOOD.replace('kind: memory', 'kind: sqlite\n  path: /dev/null/fencegate.db'))
     expect(r.code).toBe(2)
     expect(r.err).toMatch(/: store\.path: the sqlite store cannot be opened/)
   })
@@ -203,7 +203,7 @@ describe('start-up', () => {
     await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
     const port = (s.address() as { port: number }).port
     try {
-      const r = cli([], GOOD.replace('listen: 127.0.0.1:0\nadmin', `listen: 127.0.0.1:${port}\nadmin`))
+      const r = await cli([], GOOD.replace('listen: 127.0.0.1:0\nadmin', `listen: 127.0.0.1:${port}\nadmin`))
       expect(r.code).toBe(2)
       expect(r.err).toContain('EADDRINUSE')
     } finally {
@@ -215,73 +215,73 @@ describe('start-up', () => {
 // issue 15 §3, §5: check-config --connect, and the conventions every command keeps
 describe('check-config --connect', () => {
   test('a store that answers: exit 0 saying so; one that does not: exit 1 (not a config mistake)', async () => {
-    const ok = cli(['check-config', '--connect'], GOOD)
+    const ok = await cli(['check-config', '--connect'], GOOD)
     expect(ok.err).toBe('')
     expect(ok.code).toBe(0)
     expect(ok.out).toContain('the memory store answers')
     const { freePort } = await import('./helpers/gateway.js')
     const port = await freePort()
-    const down = cli(['check-config', '--connect'], GOOD.replace('kind: memory', `kind: redis\n  url: redis://127.0.0.1:${port}\n  timeout: 200ms`))
+    const down = await cli(['check-config', '--connect'], GOOD.replace('kind: memory', `kind: redis\n  url: redis://127.0.0.1:${port}\n  timeout: 200ms`))
     expect(down.code).toBe(1)
     expect(down.err).toMatch(/^store: the redis store cannot be opened/)
     // without --connect the same config is fine: the store is not checked
-    expect(cli(['check-config'], GOOD.replace('kind: memory', `kind: redis\n  url: redis://127.0.0.1:${port}`)).code).toBe(0)
+    expect((await cli(['check-config'], GOOD.replace('kind: memory', `kind: redis\n  url: redis://127.0.0.1:${port}`))).code).toBe(0)
   })
 })
 
 describe('CLI conventions', () => {
-  const run = (...args: string[]) => {
-    const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 15_000 })
+  const run = async (...args: string[]) => {
+    const r = await runCli(args, { timeout: 15_000 })
     return { code: r.status, out: r.stdout, err: r.stderr }
   }
 
-  test('help, help COMMAND and COMMAND --help print usage and exit 0; -v and --version the version', () => {
-    const all = run('help')
+  test('help, help COMMAND and COMMAND --help print usage and exit 0; -v and --version the version', async () => {
+    const all = await run('help')
     expect(all.code).toBe(0)
     for (const c of ['start', 'check-config', 'migrate', 'audit', 'resolve', 'unknown', 'store accept-loss']) expect(all.out).toContain(c)
     expect(all.out).toMatch(/exit codes: 0 ok; 1 runtime failure .*; 2 usage or config mistake/)
-    const one = run('help', 'resolve')
+    const one = await run('help', 'resolve')
     expect(one.code).toBe(0)
     expect(one.out).toContain('usage: fencegate resolve')
     expect(one.out).toContain('--reason TEXT')
-    expect(run('resolve', '--help').out).toBe(one.out)
-    expect(run('store', 'accept-loss', '--help').out).toContain('usage: fencegate store accept-loss')
-    expect(run('help', 'store', 'accept-loss').out).toContain('usage: fencegate store accept-loss')
-    expect(run('-v').out).toMatch(/^fencegate \d+\.\d+\.\d+/)
-    expect(run('--version').out).toBe(run('-v').out)
-    expect(run('--help').out).toBe(all.out)
+    expect((await run('resolve', '--help')).out).toBe(one.out)
+    expect((await run('store', 'accept-loss', '--help')).out).toContain('usage: fencegate store accept-loss')
+    expect((await run('help', 'store', 'accept-loss')).out).toContain('usage: fencegate store accept-loss')
+    expect((await run('-v')).out).toMatch(/^fencegate \d+\.\d+\.\d+/)
+    expect((await run('--version')).out).toBe((await run('-v')).out)
+    expect((await run('--help')).out).toBe(all.out)
   })
 
-  test('a misspelt command or flag: exit 2 with a suggestion', () => {
-    const cmd = run('chek-config')
+  test('a misspelt command or flag: exit 2 with a suggestion', async () => {
+    const cmd = await run('chek-config')
     expect(cmd.code).toBe(2)
     expect(cmd.err).toContain('unknown command "chek-config" (did you mean "check-config"?)')
-    const flag = run('check-config', '--confg', 'x.yaml')
+    const flag = await run('check-config', '--confg', 'x.yaml')
     expect(flag.code).toBe(2)
     expect(flag.err).toContain('check-config has no flag --confg (did you mean --config?)')
-    const elsewhere = run('audit', '--reason', 'x')
+    const elsewhere = await run('audit', '--reason', 'x')
     expect(elsewhere.code).toBe(2)
     expect(elsewhere.err).toContain('--reason is a flag of resolve, store accept-loss')
-    const sub = run('store', 'acept-loss')
+    const sub = await run('store', 'acept-loss')
     expect(sub.code).toBe(2)
     expect(sub.err).toContain('(did you mean "accept-loss"?)')
   })
 
-  test('store alone lists its subcommands', () => {
-    const r = run('store')
+  test('store alone lists its subcommands', async () => {
+    const r = await run('store')
     expect(r.code).toBe(0)
     expect(r.out).toContain('fencegate store accept-loss')
   })
 
-  test('--json: errors as one JSON object on stdout, with the exit code of the table', () => {
-    const usage = run('audit', '--json', '--bogus')
+  test('--json: errors as one JSON object on stdout, with the exit code of the table', async () => {
+    const usage = await run('audit', '--json', '--bogus')
     expect(usage.code).toBe(2)
     expect(JSON.parse(usage.out)).toMatchObject({ error: { type: 'usage', message: expect.stringContaining('--bogus') }, exitCode: 2 })
-    const bad = cli(['check-config', '--json'], GOOD.replace('store:', 'stroe:'))
+    const bad = await cli(['check-config', '--json'], GOOD.replace('store:', 'stroe:'))
     expect(bad.code).toBe(2)
     expect(bad.err).toBe('')
     expect(JSON.parse(bad.out)).toMatchObject({ error: { type: 'config', problems: [{ path: 'stroe', line: 4, message: 'unknown key (did you mean "store"?)' }] }, exitCode: 2 })
-    const good = cli(['check-config', '--json'], GOOD)
+    const good = await cli(['check-config', '--json'], GOOD)
     expect(JSON.parse(good.out)).toMatchObject({ ok: true, routes: 1 })
   })
 })

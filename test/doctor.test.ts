@@ -4,7 +4,7 @@
  * allkeys-lru` started here (and killed after), a primary with a replica, a Redis Cluster, the
  * test PostgreSQL, and SQLite files. The CLI cases run dist/ (npm run build first).
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -14,9 +14,10 @@ import { parseConfig } from '../src/config/load.js'
 import { inspectStore, claimSentences, filesystemOf } from '../src/store/doctor.js'
 import { SqliteStore } from '../src/store/sqlite/index.js'
 import { startLocalCluster, startLocalReplicated, type LocalCluster, type LocalReplicated } from '../scripts/redis-cluster.js'
-import { CLI, freePort, gatewayConfig, startTestGateway, type RouteSpec, type StoreInput } from './helpers/gateway.js'
+import { freePort, gatewayConfig, startTestGateway, type RouteSpec, type StoreInput } from './helpers/gateway.js'
 import { send } from './helpers/http.js'
 import { until } from './helpers/wait.js'
+import { runCli } from './helpers/run.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const dir = mkdtempSync(join(tmpdir(), 'fg-doctor-'))
@@ -58,7 +59,7 @@ function configFile(name: string, store: StoreInput): string {
   writeFileSync(path, gatewayConfig({ store, routes: [PAY] }))
   return path
 }
-const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000, env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
+const cli = (...args: string[]) => runCli(args, { timeout: 20_000, env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
 
 describe('redis without persistence and with an evicting policy', () => {
   test('inspectStore names every risk: no persistence (restart forgets every mark), the evicting policy (blocking), and the lone master is ok', async () => {
@@ -79,16 +80,16 @@ describe('redis without persistence and with an evicting policy', () => {
     expect(find(accepted, 'maxmemory-policy').status).toBe('risk')
   })
 
-  test('fencegate doctor prints each finding with its consequence and exits 1 (the gateway would not start); --json is the same report', () => {
+  test('fencegate doctor prints each finding with its consequence and exits 1 (the gateway would not start); --json is the same report', async () => {
     const file = configFile('evicting', { kind: 'redis', url: `redis://127.0.0.1:${port}` })
-    const text = cli('doctor', '--config', file)
+    const text = await cli('doctor', '--config', file)
     expect(text.status, text.stderr).toBe(1)
     expect(text.stdout).toMatch(/RISK +maxmemory-policy: maxmemory-policy allkeys-lru/)
     expect(text.stdout).toMatch(/RISK +persistence: appendonly no, save ""\n +Redis runs without persistence: a restart forgets every high-water mark and record/)
     expect(text.stdout).toMatch(/OK +replication: role master, no replicas/)
     expect(text.stdout).toContain('The gateway refuses to start with this store: maxmemory-policy')
     expect(text.stderr).toContain('store.acceptRisks')
-    const json = cli('doctor', '--config', file, '--json')
+    const json = await cli('doctor', '--config', file, '--json')
     expect(json.status).toBe(1)
     const r = JSON.parse(json.stdout)
     expect(r.findings.map((f: { id: string; status: string }) => `${f.id} ${f.status}`).sort()).toEqual(['maxmemory-policy risk', 'persistence risk', 'replication ok'])
@@ -96,7 +97,7 @@ describe('redis without persistence and with an evicting policy', () => {
   })
 
   test('start-up is refused (exit 2, naming store.acceptRisks); with acceptRisks the gateway starts and logs one line naming the risks', async () => {
-    const refused = cli('--config', configFile('start-refused', { kind: 'redis', url: `redis://127.0.0.1:${port}` }))
+    const refused = await cli('--config', configFile('start-refused', { kind: 'redis', url: `redis://127.0.0.1:${port}` }))
     expect(refused.status).toBe(2)
     expect(refused.stderr).toMatch(/store: the redis store's own settings break a guarantee outright, so the gateway does not start: maxmemory-policy allkeys-lru/)
     expect(refused.stderr).toContain('store.acceptRisks: [maxmemory-policy]')
@@ -119,9 +120,9 @@ describe('redis without persistence and with an evicting policy', () => {
     }
   })
 
-  test('fencegate audit (CLI, on the store) puts the findings in claim.assumptions', () => {
+  test('fencegate audit (CLI, on the store) puts the findings in claim.assumptions', async () => {
     const file = configFile('audit', { kind: 'redis', url: `redis://127.0.0.1:${port}`, keyPrefix: `doctor-audit-${port}`, acceptRisks: ['maxmemory-policy'] })
-    const r = cli('audit', '--config', file, '--json')
+    const r = await cli('audit', '--config', file, '--json')
     expect(r.status, r.stderr).toBe(0)
     const assumptions: string[] = JSON.parse(r.stdout).routes[0].claim.assumptions
     expect(assumptions.filter((a) => a.startsWith('Measured on the live redis store'))).toHaveLength(3)

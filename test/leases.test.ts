@@ -5,11 +5,11 @@
  * lateness, `GET /leases` and `fencegate leases` — advice that changes when the upstream gets
  * slower — and the 409's Retry-After from the route's observed effect durations.
  */
-import { spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { beforeAll, describe, expect, test } from 'vitest'
-import { CLI, gatewayConfig, withGateway, type GatewaySpec } from './helpers/gateway.js'
+import { gatewayConfig, withGateway, type GatewaySpec } from './helpers/gateway.js'
+import { runCli } from './helpers/run.js'
 import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
 import { sleep } from './helpers/wait.js'
 import { retryAfterSeconds, EffectDurations } from '../src/idempotency/retry-after.js'
@@ -120,20 +120,20 @@ describe('fencegate leases', () => {
     expect(r.generations.handovers).toBeGreaterThanOrEqual(1)
     expect(r.advice.warnings.join('\n')).toMatch(/stale writes came up to 1\.\d+ s after their successor took over .*longer than the 1 s margin/)
 
-    const json = spawnSync(process.execPath, [CLI, 'leases', '--config', configPath, '--route', 'work', '--json'], { encoding: 'utf8', env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
+    const json = await runCli(['leases', '--config', configPath, '--route', 'work', '--json'], { env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
     expect(json.status, json.stderr).toBe(0)
     const cli = JSON.parse(json.stdout)
     expect(cli.routes[0].stale).toEqual(r.stale)
     expect(cli.routes[0].effects.count).toBe(r.effects.count)
     expect(cli.method.join(' ')).toMatch(/Pub\/Sub.*BullMQ.*SQS/)
-    const text = spawnSync(process.execPath, [CLI, 'leases', '--config', configPath], { encoding: 'utf8', env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
+    const text = await runCli(['leases', '--config', configPath], { env: { ...process.env, OTEL_SDK_DISABLED: 'true' } })
     expect(text.status, text.stderr).toBe(0)
     expect(text.stdout).toMatch(/^route work /m)
     expect(text.stdout).toMatch(/^route sized /m)
     expect(text.stdout).not.toMatch(/^route retry /m) // not fenced
     expect(text.stdout).toMatch(/advice {7}lease ≥ \S+, renew every \S+/)
     expect(text.stdout).toContain('the gateway sees only the writes that reach it')
-    const bad = spawnSync(process.execPath, [CLI, 'leases', '--config', configPath, '--route', 'nope'], { encoding: 'utf8' })
+    const bad = await runCli(['leases', '--config', configPath, '--route', 'nope'])
     expect(bad.status).toBe(2)
     expect((await send(`${gw.adminUrl}/leases?route=nope`)).status).toBe(400)
   })

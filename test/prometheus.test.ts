@@ -346,20 +346,20 @@ describe('against a real Prometheus', () => {
 })
 
 describe('promtool', () => {
-  test('check rules passes on config/alerts/fencegate.rules.yml', () => {
-    const r = promtool(['check', 'rules', RULES])
+  test('check rules passes on config/alerts/fencegate.rules.yml', async () => {
+    const r = await promtool(['check', 'rules', RULES])
     expect(r.status, r.output).toBe(0)
   })
 
-  test('the alert rules\' unit tests pass (test/alerts/fencegate.test.yml)', () => {
-    const r = promtool(['test', 'rules', resolve(ROOT, 'test/alerts/fencegate.test.yml')])
+  test('the alert rules\' unit tests pass (test/alerts/fencegate.test.yml)', async () => {
+    const r = await promtool(['test', 'rules', resolve(ROOT, 'test/alerts/fencegate.test.yml')])
     expect(r.status, r.output).toBe(0)
   })
 
   test('check metrics passes on the live exposition', async () => {
     const text = (await send(`${gw.adminUrl}/metrics`)).text
     expect(text).toContain('fencegate_requests_total')
-    const r = promtool(['check', 'metrics'], text)
+    const r = await promtool(['check', 'metrics'], text)
     expect(r.status, r.output).toBe(0)
   })
 })

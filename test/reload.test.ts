@@ -4,10 +4,10 @@
 // the running config kept. With --workers, the primary forwards the reload. Real processes.
 import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { spawnSync } from 'node:child_process'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { CLI, freePort, ledgerConfig, spawnGateway, tempDir, type ChildGateway } from './helpers/gateway.js'
+import { freePort, ledgerConfig, spawnGateway, tempDir, type ChildGateway } from './helpers/gateway.js'
+import { runCli } from './helpers/run.js'
 import { metric, metrics, post } from './helpers/http.js'
 import { until } from './helpers/wait.js'
 
@@ -91,7 +91,7 @@ describe('SIGHUP', () => {
     expect(await gw.stop()).toBe(0)
     // the attempt log agrees: no unknown outcome on the route
     writeFileSync(join(dir, 'single-audit.yaml'), configFor(b.url))
-    const report = JSON.parse(spawnSync(process.execPath, [CLI, 'audit', '--config', join(dir, 'single-audit.yaml'), '--json'], { encoding: 'utf8' }).stdout)
+    const report = JSON.parse((await runCli(['audit', '--config', join(dir, 'single-audit.yaml'), '--json'])).stdout)
     expect(report.routes[0]).toMatchObject({ route: 'ledger', attempts: 23, unknownOutcomes: { resolved: 0, unresolved: 0 } })
   }, 40_000)
 

@@ -2,12 +2,12 @@
 // a replaced SQLite file) is detected, reported on /readyz and in metrics, and — with the
 // default onStateLoss: fail-closed — nothing is forwarded until an operator accepts the loss.
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
-import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { renameSync, writeFileSync, copyFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { startTestGateway, gatewayConfig, CLI, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { startTestGateway, gatewayConfig, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { runCli } from './helpers/run.js'
 import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
 import { until } from './helpers/wait.js'
 
@@ -57,7 +57,7 @@ describe('store state loss', () => {
     expect(metric(m, 'fencegate_store_state_losses_total', { store: 'redis' })).toBe(1)
     expect(gw.logs.join('')).toContain('store lost its state')
 
-    const accept = spawnSync(process.execPath, [CLI, 'store', 'accept-loss', '--config', file], { encoding: 'utf8' })
+    const accept = await runCli(['store', 'accept-loss', '--config', file])
     expect(accept.stderr).toBe('')
     expect(accept.status).toBe(0)
     await readyz(gw, 200)

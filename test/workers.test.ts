@@ -1,13 +1,13 @@
 // `fencegate --workers N`: N processes on one port sharing a store, metrics summed over them by
 // the primary's admin listener; the memory store (which cannot be shared) is refused.
 import { randomUUID } from 'node:crypto'
-import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { rmSync, writeFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
-import { CLI, tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway, type StoreInput } from './helpers/gateway.js'
+import { tempDir, freePort, spawnGateway, ledgerConfig, type ChildGateway, type StoreInput } from './helpers/gateway.js'
+import { runCli } from './helpers/run.js'
 import { post, send, metrics, metric } from './helpers/http.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -27,17 +27,17 @@ afterAll(async () => {
   r.disconnect()
 })
 
-test('the memory store with --workers 2 is refused with exit 2, saying why', () => {
+test('the memory store with --workers 2 is refused with exit 2, saying why', async () => {
   const file = join(dir, 'memory.yaml')
   writeFileSync(file, config(0, 0, { kind: 'memory' }))
-  const r = spawnSync(process.execPath, [CLI, '--config', file, '--workers', '2'], { encoding: 'utf8', timeout: 15_000 })
+  const r = await runCli(['--config', file, '--workers', '2'], { timeout: 15_000 })
   expect(r.status).toBe(2)
   expect(r.stderr).toContain('store.kind: the memory store cannot be shared, so it cannot run with --workers 2')
 })
 
-test('--workers must be a whole number', () => {
+test('--workers must be a whole number', async () => {
   const file = join(dir, 'memory.yaml')
-  const r = spawnSync(process.execPath, [CLI, '--config', file, '--workers', 'two'], { encoding: 'utf8', timeout: 15_000 })
+  const r = await runCli(['--config', file, '--workers', 'two'], { timeout: 15_000 })
   expect(r.status).toBe(2)
   expect(r.stderr).toContain('--workers must be a whole number')
 })

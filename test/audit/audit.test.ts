@@ -1,7 +1,6 @@
 // The attempt log and the exactly-once report (contract §8), and operator resolution of an
 // unknown outcome (issue 5 §2), through a real gateway, real sockets, real stores, and the
 // real CLI (dist/src/cli.js, built by `npm test`'s pretest).
-import { spawnSync } from 'node:child_process'
 import { writeFileSync, rmSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
@@ -9,7 +8,8 @@ import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
 import pg from 'pg'
-import { CLI, gatewayConfig, startTestGateway, tempDir, type GatewaySpec, type RouteSpec, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { gatewayConfig, startTestGateway, tempDir, type GatewaySpec, type RouteSpec, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { runCli } from '../helpers/run.js'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
 import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
 import { until } from '../helpers/wait.js'
@@ -48,10 +48,7 @@ const paymentsRoute = (upstream: string): RouteSpec => ({
   fencing: { resource: 'account:{param.account}' }, idempotency: { required: true },
 })
 
-function cli(...args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000 })
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr }
-}
+const cli = (...args: string[]) => runCli(args, { timeout: 20_000 })
 
 /**
  * Polls the report (`get`: the CLI's or the admin API's JSON) until the attempts of its routes
@@ -65,8 +62,8 @@ const reportWith = (get: () => any, attempts: number[]) => until(async () => {
 /** GET /audit of `gw`, with the read token */
 const adminAudit = (gw: TestGateway) => async () => (await send(`${gw.adminUrl}/audit`, { headers: auth })).json()
 
-const auditJson = (file: string, ...args: string[]) => {
-  const r = cli('audit', '--config', file, '--json', ...args)
+const auditJson = async (file: string, ...args: string[]) => {
+  const r = await runCli(['audit', '--config', file, '--json', ...args], { timeout: 20_000 })
   if (r.status !== 0) throw new Error(`fencegate audit exited ${r.status}: ${r.stderr}`)
   return JSON.parse(r.stdout)
 }
@@ -142,11 +139,11 @@ describe('fencegate audit and GET /audit', () => {
     expect(reads.claim.notGuaranteed[0]).toMatch(/Neither fencing nor idempotency/)
 
     // --route and --since narrow it
-    const only = auditJson(file, '--route', 'payments', '--since', '1h')
+    const only = await auditJson(file, '--route', 'payments', '--since', '1h')
     expect(only.routes.map((r: { route: string }) => r.route)).toEqual(['payments'])
     expect(Date.parse(only.until) - Date.parse(only.since)).toBe(3_600_000)
     expect(only.routes[0].forwarded).toBe(1)
-    const future = auditJson(file, '--since', new Date(Date.now() + 60_000).toISOString())
+    const future = await auditJson(file, '--since', new Date(Date.now() + 60_000).toISOString())
     expect(future.routes[0].attempts).toBe(0)
 
     // the admin API answers with the same JSON
@@ -157,7 +154,7 @@ describe('fencegate audit and GET /audit', () => {
     expect({ ...viaAdmin, since: 0, until: 0 }).toEqual({ ...only, since: 0, until: 0 })
 
     // people get a table per route
-    const human = cli('audit', '--config', file, '--route', 'payments')
+    const human = await cli('audit', '--config', file, '--route', 'payments')
     expect(human.status).toBe(0)
     expect(human.stdout).toMatch(/^route payments$/m)
     expect(human.stdout).toMatch(/^ {2}forwarded +1 /m)
@@ -167,10 +164,10 @@ describe('fencegate audit and GET /audit', () => {
     expect(human.stdout).toMatch(/^ {2}not guaranteed:$/m)
 
     // mistakes are told, with exit 2
-    const bad = cli('audit', '--config', file, '--route', 'nope')
+    const bad = await cli('audit', '--config', file, '--route', 'nope')
     expect(bad.status).toBe(2)
     expect(bad.stderr).toMatch(/no route named "nope"/)
-    expect(cli('audit', '--config', file, '--since', 'yesterday').status).toBe(2)
+    expect((await cli('audit', '--config', file, '--since', 'yesterday')).status).toBe(2)
   })
 
   test('GET /audit needs the admin token (401 with WWW-Authenticate), and says what is wrong with a bad query', async () => {
@@ -221,7 +218,7 @@ describe('resolving an unknown outcome', () => {
     expect(report.routes[0].unknownOutcomes).toEqual({ resolved: 0, unresolved: 1 })
 
     // the operator checked the upstream and found nothing applied: failed
-    const r = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed', '--reason', 'upstream has no charge for this key')
+    const r = await cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed', '--reason', 'upstream has no charge for this key')
     expect(r.stderr).toBe('')
     expect(r.status).toBe(0)
     expect(r.stdout).toMatch(/outcome was unknown \(timeout\); resolved as failed: released/)
@@ -250,16 +247,16 @@ describe('resolving an unknown outcome', () => {
       expect.objectContaining({ kind: 'resolve', route: 'ledger', resolution: 'failed', reason: 'upstream has no charge for this key', by: expect.stringMatching(/^cli:.+@/) }),
       expect.objectContaining({ kind: 'resolve', route: 'ledger', resolution: 'completed', reason: 'ledger shows charge ch_42', by: expect.stringMatching(/^admin-api:127\.0\.0\.1/) }),
     ])
-    const text = cli('audit', '--config', file)
+    const text = await cli('audit', '--config', file)
     expect(text.stdout).toMatch(/operator actions\n.*resolved as failed  by cli:.*reason: upstream has no charge for this key/)
 
     // nothing left to resolve: said so, exit 1; a key never used: 404 on the admin API
-    const again = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed')
+    const again = await cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'failed')
     expect(again.status).toBe(1)
     expect(again.stderr).toMatch(/Only an unknown outcome can be resolved/)
     const missing = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { ...writeAuth, 'content-type': 'application/json' }, body: JSON.stringify({ route: 'ledger', key: 'never', as: 'failed' }) })
     expectProblem(missing, { status: 404, type: 'record-not-found' })
-    const badAs = cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'maybe')
+    const badAs = await cli('resolve', '--config', file, '--route', 'ledger', '--key', 'pay-42', '--as', 'maybe')
     expect(badAs.status).toBe(2)
   })
 })

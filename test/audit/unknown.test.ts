@@ -4,14 +4,14 @@
 // resolution says. On every store the CLI can reach (sqlite, redis, postgres), real processes.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { spawnSync } from 'node:child_process'
 import { writeFileSync, rmSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { CLI, gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { runCli } from '../helpers/run.js'
 import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -40,10 +40,7 @@ async function firstHangs() {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, hits: (path: string) => seen.get(path) ?? 0 }
 }
 
-const cli = (...args: string[]) => {
-  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 20_000 })
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr }
-}
+const cli = (...args: string[]) => runCli(args, { timeout: 20_000 })
 
 const stores: Record<string, () => Promise<StoreInput>> = {
   sqlite: async () => ({ kind: 'sqlite', path: '@DIR@/fg.db' }),
@@ -104,15 +101,15 @@ for (const [kind, storeBlock] of Object.entries(stores)) {
       expect(JSON.stringify(listed)).not.toContain('charge-1')
 
       // the CLI reads the same from the store
-      const json = cli('unknown', '--config', file, '--json')
+      const json = await cli('unknown', '--config', file, '--json')
       expect(json.status, json.stderr).toBe(0)
       expect(JSON.parse(json.stdout).unknown).toEqual(listed)
-      const text = cli('unknown', '--config', file, '--route', 'payments')
+      const text = await cli('unknown', '--config', file, '--route', 'payments')
       expect(text.stdout).toContain(first.keyHash)
       expect(text.stdout).toContain('fencegate resolve')
 
       // failed: the effect did not happen, so the next attempt is forwarded
-      const failed = cli('resolve', '--config', file, '--route', 'payments', '--key-hash', first.keyHash, '--as', 'failed')
+      const failed = await cli('resolve', '--config', file, '--route', 'payments', '--key-hash', first.keyHash, '--as', 'failed')
       expect(failed.status, failed.stderr).toBe(0)
       expect(failed.stdout).toContain('resolved as failed')
       const retried = await send1('acct-1', 'charge-1')
@@ -130,17 +127,17 @@ for (const [kind, storeBlock] of Object.entries(stores)) {
 
       // the key's timeline: the timeout, the refused retry, the resolution, the forwarded retry
       await gw.audit.flush()
-      const tl = cli('audit', '--config', file, '--key-hash', first.keyHash, '--json')
+      const tl = await cli('audit', '--config', file, '--key-hash', first.keyHash, '--json')
       expect(tl.status, tl.stderr).toBe(0)
       const entries = JSON.parse(tl.stdout).entries as Record<string, unknown>[]
       expect(entries.map((e) => e.kind === 'resolve' ? `resolve ${e.resolution}` : `${e.status} ${e.outcome}`)).toEqual(['504 outcome_unknown', '409 outcome_unknown', 'resolve failed', '201 forwarded'])
       expect(entries[0]).toMatchObject({ resource: 'account:acct-1', token: '7', unknown: 'timeout', requestId: 'req-acct-1' })
       const byResource = (await send(`${gw.adminUrl}/audit/timeline?resource=${encodeURIComponent('account:acct-2')}`)).json()
       expect(byResource.entries.map((e: { status: number }) => e.status)).toEqual([504, 409])
-      const human = cli('audit', '--config', file, '--resource', 'account:acct-1')
+      const human = await cli('audit', '--config', file, '--resource', 'account:acct-1')
       expect(human.stdout).toContain('3 attempts on resource account:acct-1')
       expect(human.stdout).toContain('request req-acct-1')
-      const again = cli('resolve', '--config', file, '--route', 'payments', '--key-hash', first.keyHash, '--as', 'failed')
+      const again = await cli('resolve', '--config', file, '--route', 'payments', '--key-hash', first.keyHash, '--as', 'failed')
       expect(again.status).toBe(1)
       expect(again.stderr).toContain('no record in the unknown state')
     }, 30_000)
@@ -158,7 +155,7 @@ test('resolve --key-hash refuses a malformed hash and a hash with a key (exit 2)
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
   const file = join(dir, 'fencegate.yaml')
   writeFileSync(file, gatewayConfig({ store: { kind: 'sqlite', path: 'fg.db' }, routes: [{ name: 'p', path: '/p', upstream: 'http://127.0.0.1:9', idempotency: {} }] }))
-  expect(cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'xyz', '--as', 'failed').status).toBe(2)
-  expect(cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'a'.repeat(64), '--key', 'k', '--as', 'failed').status).toBe(2)
-  expect(cli('resolve', '--config', file, '--route', 'p', '--as', 'failed').status).toBe(2)
+  expect((await cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'xyz', '--as', 'failed')).status).toBe(2)
+  expect((await cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'a'.repeat(64), '--key', 'k', '--as', 'failed')).status).toBe(2)
+  expect((await cli('resolve', '--config', file, '--route', 'p', '--as', 'failed')).status).toBe(2)
 })

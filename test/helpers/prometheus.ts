@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { request } from 'undici'
 import { freePort } from './gateway.js'
 import { until } from './wait.js'
+import { run } from './run.js'
 
 /** Throws, naming the fix, when `bin` (promtool, prometheus) cannot be run. */
 export function requireBinary(bin: 'promtool' | 'prometheus'): void {
@@ -19,9 +20,9 @@ export function requireBinary(bin: 'promtool' | 'prometheus'): void {
   }
 }
 
-/** Runs promtool; resolves with exit code and output. */
-export function promtool(args: string[], stdin?: string): { status: number | null; output: string } {
-  const r = spawnSync('promtool', args, { input: stdin, encoding: 'utf8' })
+/** Runs promtool; resolves with its exit code and output (stdout, then stderr). */
+export async function promtool(args: string[], stdin?: string): Promise<{ status: number | null; output: string }> {
+  const r = await run('promtool', args, { input: stdin })
   if (r.error) throw r.error
   return { status: r.status, output: `${r.stdout}${r.stderr}` }
 }
