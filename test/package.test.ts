@@ -7,21 +7,20 @@
 // and skips install scripts: better-sqlite3's would compile its addon from source (no prebuilt
 // binary is reachable from here), a minute of C++; the addon this checkout built, for the same
 // version and Node, is copied in instead.
-import { execFile, spawn } from 'node:child_process'
-import { promisify } from 'node:util'
+import { spawn } from 'node:child_process'
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { afterAll, expect, test } from 'vitest'
 import { freePort, tempDir } from './helpers/gateway.js'
 import { post, send } from './helpers/http.js'
 import { until } from './helpers/wait.js'
+import { output } from './helpers/run.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const dir = tempDir('fg-pack-')
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
-// asynchronous: a synchronous npm install would block the test worker's event loop for seconds
-const run = async (cmd: string, args: string[], cwd: string) => (await promisify(execFile)(cmd, args, { cwd, encoding: 'utf8', timeout: 45_000 })).stdout
+const run = (cmd: string, args: string[], cwd: string) => output(cmd, args, { cwd, timeout: 45_000 })
 const npm = (args: string[], cwd: string) => run('npm', args, cwd)
 
 test('npm pack ships what the gateway runs; installed in an empty folder, npx fencegate --config starts and proxies', async () => {

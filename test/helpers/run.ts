@@ -54,5 +54,16 @@ export function run(cmd: string, args: string[], opts: RunOptions = {}): Promise
   })
 }
 
+/**
+ * Runs `cmd args` and resolves with its stdout.
+ * @throws Error naming the command, its exit code or signal and its stderr, when it did not exit 0
+ */
+export async function output(cmd: string, args: string[], opts: RunOptions = {}): Promise<string> {
+  const r = await run(cmd, args, opts)
+  if (r.error) throw r.error
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} ended with ${r.status ?? r.signal}: ${r.stderr}`)
+  return r.stdout
+}
+
 /** Runs the built CLI (`dist/src/cli.js`) with `args`. */
 export const runCli = (args: string[], opts: RunOptions = {}): Promise<RunResult> => run(process.execPath, [CLI, ...args], opts)
