@@ -146,7 +146,7 @@ const COMMANDS: Record<string, Command> = {
       '',
       'From the attempt log: how long the upstream took to apply each fenced write (p50, p99, p99.9, max),',
       'how often leases changed hands, how late each stale write came after its successor took over, and',
-      'a minimum lease and renewal interval with the numbers behind them (README, "Sizing leases").',
+      'a minimum lease and renewal interval with the numbers behind them (docs/operate.md, "Sizing leases").',
     ],
   },
   doctor: {

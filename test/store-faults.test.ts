@@ -1,6 +1,6 @@
 // The shared store goes away under traffic and comes back, with the gateway left running:
 // - Redis: a redis-server of the test's own (its own port and folder) killed with SIGKILL, then
-//   started again on the same folder (appendonly yes, appendfsync always, as the README advises);
+//   started again on the same folder (appendonly yes, appendfsync always, as docs/stores.md advises);
 // - PostgreSQL: the gateway's connections ended with pg_terminate_backend while its role may not
 //   log in, then allowed again.
 // While the store is gone every request needing it is 503 store-unavailable and nothing reaches

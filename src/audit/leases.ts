@@ -11,7 +11,7 @@
  * - advice in plain words, with the numbers behind it: a minimum lease, a renewal interval, and
  *   warnings.
  *
- * The formula (README, "Sizing leases"): with E the p99.9 effect duration (the largest seen when
+ * The formula (docs/operate.md, "Sizing leases"): with E the p99.9 effect duration (the largest seen when
  * there are fewer than 1000 writes), a margin M = max(1 s, E) for pauses, and renewals three
  * times per lease (R = L / 3):
  *

@@ -181,7 +181,7 @@ export const configSchema = z.strictObject({
   }).prefault({}),
   /**
    * The proxy listener's client timeouts (node:http). A connection that overruns one is answered
-   * 408 where a request is under way, and closed. Defaults after nginx, see README.
+   * 408 where a request is under way, and closed. Defaults after nginx, see docs/requests.md, "Forwarding".
    */
   server: z.strictObject({
     /** the request line and headers must be in within this (Apache mod_reqtimeout's 20s; nginx client_header_timeout is 60s) */

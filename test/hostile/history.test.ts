@@ -51,7 +51,7 @@ const workload = (url: string, rng: Rng, keyPrefix: string, dispatcher: Agent): 
 })
 
 // `fencing.serialize: true`: without it the gateway promises no order of application, only of
-// admission (README "Limits": the check-to-apply window), and the `late` fault does apply a
+// admission (docs/limits.md: the check-to-apply window), and the `late` fault does apply a
 // stale write after a newer one; with it, one process holds newer tokens back until older ones
 // ended, or their unknown outcome's lease did. Route `reject` and route `retry` differ only in
 // `unknownOutcome`.

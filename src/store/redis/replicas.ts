@@ -8,7 +8,7 @@
  * that stops answering costs each request one timeout, not a queue of them. On a cluster the
  * writes that need a WAIT are sent to the slot's master's own connection (following MOVED and
  * ASK, ./connection.ts `onMaster`), so the WAIT goes where the write went. WAIT narrows the
- * window in which a failover loses an acknowledged write; it does not close it (see the README,
+ * window in which a failover loses an acknowledged write; it does not close it (see docs/stores.md,
  * "Redis replicas and failover").
  */
 import { Redis, type Cluster } from 'ioredis'
