@@ -18,7 +18,8 @@ import { acceptStoreLoss, resolveKey, type ResolveRequest } from './audit/resolv
 import { listUnknown } from './audit/unknown.js'
 import { buildTimeline } from './audit/timeline.js'
 import { buildLeases } from './audit/leases.js'
-import { claimSentences, type DoctorReport } from './store/doctor.js'
+import { claimSentences } from './audit/guarantees.js'
+import type { DoctorReport } from './store/findings.js'
 import type { StateWatch } from './store/state-loss.js'
 
 export interface AdminOptions {

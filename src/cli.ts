@@ -25,8 +25,8 @@ import { startPrimary, startWorker, workersRefusal } from './cluster.js'
 import { migrateStore, openStore } from './store/index.js'
 import { createLogger } from './log.js'
 import { VERSION } from './version.js'
-import { acceptLossCommand, auditCommand, leasesCommand, resolveCommand, unknownCommand, type CommandResult } from './audit/cli.js'
-import { doctorCommand, RiskRefused } from './store/doctor.js'
+import { acceptLossCommand, auditCommand, doctorCommand, leasesCommand, resolveCommand, unknownCommand, type CommandResult } from './audit/cli.js'
+import { RiskRefused } from './store/doctor.js'
 import { didYouMean } from './suggest.js'
 
 type Options = NonNullable<ParseArgsConfig['options']>

@@ -7,8 +7,10 @@
  *   fencegate store accept-loss --config PATH [--reason TEXT]
  *   fencegate unknown --config PATH [--route NAME] [--json]
  *   fencegate leases  --config PATH [--since 24h] [--route NAME] [--json]
+ *   fencegate doctor  --config PATH [--json]
  * Exit codes: 0 done; 1 the store refused or the record could not be resolved; 2 usage or config.
  */
+import { existsSync } from 'node:fs'
 import type { Config } from '../config/schema.js'
 import { openStore } from '../store/index.js'
 import { StoreError, type Store } from '../store/types.js'
@@ -18,7 +20,9 @@ import { acceptStoreLoss, cliActor, resolveKey } from './resolve.js'
 import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
 import { buildTimeline, formatTimeline } from './timeline.js'
 import { buildLeases, formatLeases } from './leases.js'
-import { claimSentences, inspectStore } from '../store/doctor.js'
+import { inspectStore } from '../store/doctor.js'
+import type { DoctorReport, Finding } from '../store/findings.js'
+import { claimSentences } from './guarantees.js'
 
 export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string; reason?: string }
 
@@ -144,3 +148,40 @@ export async function leasesCommand(config: Config, args: AuditArgs): Promise<Co
     throw e
   }
 }
+
+/**
+ * `fencegate doctor --config PATH [--json]`. Exit 0: the settings were read and none refuses
+ * start-up (risks are reported, not failed on); 1: the store cannot be read, or a blocking risk
+ * not named in store.acceptRisks would stop the gateway from starting.
+ */
+export async function doctorCommand(config: Config, args: { json?: boolean }): Promise<{ code: number; stdout?: string; stderr?: string[] }> {
+  let store: Store | undefined
+  try {
+    // sqlite: the pragmas of a connection opened as the gateway opens it (a file not made yet is not created)
+    if (config.store.kind === 'sqlite' && config.store.path !== ':memory:' && existsSync(config.store.path)) store = await openStore(config.store, config.audit)
+    const report = await inspectStore(config.store, store)
+    const code = report.refused.length ? 1 : 0
+    return { code, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report)}\n`, stderr: code ? [`fencegate doctor: the gateway would refuse to start: ${report.refused.map((f) => f.id).join(', ')} (see above; store.acceptRisks)`] : undefined }
+  } catch (e) {
+    return { code: 1, stderr: [`fencegate doctor: cannot read the ${config.store.kind} store's settings: ${(e as Error).message}`] }
+  } finally {
+    await store?.close().catch(() => {})
+  }
+}
+
+/** The report for people. */
+export function formatDoctor(r: DoctorReport): string {
+  const out = [`fencegate doctor: ${r.store} store at ${r.target}`, '']
+  for (const f of [...r.findings].sort((a, b) => rank(a) - rank(b))) {
+    out.push(`  ${f.status.toUpperCase().padEnd(7)} ${f.id}: ${f.setting}${f.nodes && f.nodes.length > 1 ? `  (${f.nodes.length} nodes)` : f.nodes ? `  (${f.nodes[0]})` : ''}`)
+    out.push(`          ${f.consequence}`)
+  }
+  out.push('')
+  const risks = r.findings.filter((f) => f.status === 'risk').length
+  out.push(r.refused.length
+    ? `The gateway refuses to start with this store: ${r.refused.map((f) => f.id).join(', ')} ${r.refused.length === 1 ? 'breaks' : 'break'} a guarantee outright. Fix the setting, or name it in store.acceptRisks.`
+    : risks ? `${risks} risk${risks === 1 ? '' : 's'}: the guarantees hold only as far as the sentences above allow (the audit report's claim lists them too).` : 'No risk found in the settings fencegate reads.')
+  return out.join('\n')
+}
+
+const rank = (f: Finding) => (f.blocking ? 0 : f.status === 'risk' ? 1 : f.status === 'unknown' ? 2 : 3)

@@ -6,6 +6,7 @@
  */
 import type { Config, RouteConfig } from '../config/schema.js'
 import { formatDuration, formatSize } from '../config/units.js'
+import type { DoctorReport } from '../store/findings.js'
 
 export interface Claim {
   guarantees: string[]
@@ -45,7 +46,7 @@ function storeSentences(store: Config['store'], out: Claim): void {
 /**
  * The claim of one route.
  * @param measured sentences about the store's real settings (`fencegate doctor`'s findings,
- *   src/store/doctor.ts `claimSentences`), added to the assumptions when the report was built
+ *   `claimSentences` below), added to the assumptions when the report was built
  *   with access to the store
  */
 export function claimFor(route: RouteConfig, store: Config['store'], measured: readonly string[] = []): Claim {
@@ -115,4 +116,9 @@ export function claimFor(route: RouteConfig, store: Config['store'], measured: r
   storeSentences(store, out)
   out.assumptions.push(...measured)
   return out
+}
+
+/** The claim's sentences from the store's settings (`fencegate doctor`'s findings): its `measured` assumptions. */
+export function claimSentences(r: DoctorReport): string[] {
+  return r.findings.map((f) => `Measured on the live ${r.store} store (${f.status}: ${f.setting}${f.nodes && f.nodes.length > 1 ? `, on ${f.nodes.length} masters` : ''}): ${f.consequence}`)
 }

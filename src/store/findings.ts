@@ -1,0 +1,39 @@
+/**
+ * What a settings probe finds (src/store/<engine>/settings.ts) and what `fencegate doctor`, the
+ * start-up check and the audit report's claim make of it: one finding per setting, `ok`, `risk`
+ * or `unknown`, with its consequence in one sentence.
+ */
+import type { StoreKind } from './types.js'
+
+export type FindingStatus = 'ok' | 'risk' | 'unknown'
+
+export interface Finding {
+  /** what was looked at: persistence, maxmemory-policy, replication, cluster, synchronous_commit, fsync, standbys, recovery, journal_mode, synchronous, filesystem, durability */
+  id: string
+  status: FindingStatus
+  /** the settings read and their values, e.g. `appendonly no, save ""` */
+  setting: string
+  /** what it means for the guarantees, in one sentence */
+  consequence: string
+  /** breaks a guarantee outright: start-up is refused unless `store.acceptRisks` names `id` */
+  blocking?: true
+  /** the node(s) it was read on (a Redis Cluster's masters) */
+  nodes?: string[]
+}
+
+export interface DoctorReport {
+  store: StoreKind
+  /** where the settings were read: host:port, the database, the file */
+  target: string
+  findings: Finding[]
+  /** blocking risks that `store.acceptRisks` does not name: the gateway would not start */
+  refused: Finding[]
+}
+
+/** A gateway refusing to start on a blocking risk. */
+export class RiskRefused extends Error {
+  constructor(readonly findings: Finding[]) {
+    super(findings.map((f) => `${f.setting}: ${f.consequence}`).join(' '))
+    this.name = 'RiskRefused'
+  }
+}
