@@ -186,6 +186,12 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       return c.json(await listUnknown(config, store, Date.now(), route))
     })
   }
-  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz${config ? ', /audit, /audit/timeline, /leases, /unknown, POST /resolve' : ''}, POST /store/accept-loss.`).toResponse())
+  // fencegate doctor's report as this gateway reads it (memory: its records and their rate)
+  app.get('/doctor', async (c) => {
+    const report = await storeSettings?.().catch(() => undefined)
+    if (!report) throw new StoreError('the store\'s settings cannot be read now', 'doctor')
+    return c.json(report)
+  })
+  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz, /doctor${config ? ', /audit, /audit/timeline, /leases, /unknown, POST /resolve' : ''}, POST /store/accept-loss.`).toResponse())
   return app
 }

@@ -165,7 +165,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     const f = c.get('facts')
     if (err instanceof Problem || err instanceof StoreError) {
       // the store cannot answer: fail closed (contract §4), one mapping for every store call
-      const p = err instanceof Problem ? err : storeUnavailable()
+      const p = err instanceof Problem ? err : storeUnavailable(err)
       f.outcome = p.outcome
       return p.toResponse(f.requestId, idHeader)
     }

@@ -217,10 +217,15 @@ describe('postgres and sqlite', () => {
     expect(find(r, 'filesystem').consequence).toMatch(/reboot empties it/)
   })
 
-  test('memory: not durable, not shared; acceptRisks is refused on another store kind than redis', async () => {
-    const r = await inspectStore(storeOf({ kind: 'memory' }))
-    expect(r.findings).toEqual([expect.objectContaining({ id: 'durability', status: 'risk' })])
-    expect(() => storeOf({ kind: 'sqlite', acceptRisks: ['maxmemory-policy'] })).toThrow(/store\.acceptRisks: maxmemory-policy is a Redis setting/)
-    expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['persistence' as 'maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: must be one of maxmemory-policy, not "persistence"/)
+  test('memory: not durable, not shared, bounded by maxRecords; each accepted risk only on the store kind it belongs to', async () => {
+    const r = await inspectStore(storeOf({ kind: 'memory', maxRecords: 500 }))
+    expect(r.findings).toEqual([
+      expect.objectContaining({ id: 'durability', status: 'risk' }),
+      expect.objectContaining({ id: 'maxRecords', status: 'unknown', setting: 'store.maxRecords 500' }),
+    ])
+    expect(find(r, 'maxRecords').consequence).toMatch(/a request with a new key is refused with 503/)
+    expect(() => storeOf({ kind: 'sqlite', acceptRisks: ['maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: maxmemory-policy is a Redis setting/)
+    expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['maxRecords'] })).toThrow(/store\.acceptRisks\[0\]: maxRecords is a memory store limit: only with store\.kind memory, not redis/)
+    expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['persistence' as 'maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: must be one of maxmemory-policy, maxRecords, maxAttempts, not "persistence"/)
   })
 })

@@ -57,8 +57,84 @@ describe('memory store limits', () => {
     const third = await post(`${gw.url}/m/c`, {}, { 'fencing-token': '1' })
     expect(third.status).toBe(503)
     expect(up.count('/m/c')).toBe(before)
-    expect(gw.logs.join('')).toContain('maxResources')
+    expectProblem(third, { status: 503, type: 'store-unavailable', detail: 'store.maxResources', members: { limit: 'max_resources', max: 2 } })
+    expect(metric(await metrics(gw.adminUrl), 'fencegate_store_full_total', { store: 'memory', limit: 'max_resources' })).toBe(1)
+    expect(gw.logs.join('')).toContain('max_resources')
     expect((await post(`${gw.url}/m/a`, {}, { 'fencing-token': '2' })).status).toBe(201)
     expect((await post(`${gw.url}/m/a`, {}, { 'fencing-token': '1' })).status).toBe(412)
+  })
+})
+
+describe('a full memory store never forgets a completed record silently (store.maxRecords 3)', () => {
+  const key = (n: number) => ({ 'idempotency-key': `full-${n}` })
+  /** Six keys stored; a retry of each of the first three answered from its record (replayed), not forwarded. */
+  async function fill(gw: TestGateway, path: string): Promise<void> {
+    for (let n = 1; n <= 3; n++) expect((await post(`${gw.url}${path}`, { n }, key(n))).status).toBe(201)
+  }
+
+  test('by default a new key past the limit is refused with 503 naming the limit, counted, logged once; the records kept are replayed, never forwarded again', async () => {
+    const gw = await startTestGateway({
+      store: { kind: 'memory', maxRecords: 3 },
+      routes: [{ name: 'full', path: '/full', upstream: up.url, idempotency: { required: true } }],
+    })
+    try {
+      await fill(gw, '/full')
+      const forwarded = up.count('/full')
+      for (let n = 4; n <= 7; n++) {
+        const r = await post(`${gw.url}/full`, { n }, key(n))
+        expectProblem(r, { status: 503, type: 'store-unavailable', detail: ['store.maxRecords', '3'], members: { limit: 'max_records', max: 3 }, headers: { 'retry-after': /^\d+$/ } })
+      }
+      expect(up.count('/full')).toBe(forwarded)
+      // the first key's retry: answered from its record, the upstream not called again
+      const retry = await post(`${gw.url}/full`, { n: 1 }, key(1))
+      expect(retry.status).toBe(201)
+      expect(retry.headers['idempotent-replayed']).toBe('true')
+      expect(up.count('/full')).toBe(forwarded)
+      const m = await metrics(gw.adminUrl)
+      expect(metric(m, 'fencegate_store_full_total', { store: 'memory', limit: 'max_records' })).toBe(4)
+      expect(metric(m, 'fencegate_idempotency_evicted_total', { route: 'full' })).toBe(0)
+      expect(metric(m, 'fencegate_requests_total', { route: 'full', outcome: 'store_error', code: '503' })).toBe(4)
+      // one line for four refusals within the minute
+      expect(gw.logs.join('').match(/the store is full/g)).toHaveLength(1)
+      const doctor = await send(`${gw.adminUrl}/doctor`)
+      const finding = JSON.parse(doctor.body.toString()).findings.find((f: { id: string }) => f.id === 'maxRecords')
+      expect(finding.setting).toMatch(/^store\.maxRecords 3 \(3 of 3 held, [\d.]+ new keys an hour/)
+      expect(finding.consequence).toMatch(/the limit holds \d+ min of new keys, shorter than the longest idempotency\.ttl \(24 h\)/)
+      const claim = JSON.parse((await send(`${gw.adminUrl}/audit`)).body.toString()).routes[0].claim
+      expect(claim.guarantees.join(' ')).toContain('a request with a new key is refused with 503')
+    } finally {
+      await gw.close()
+    }
+  })
+
+  test('with store.acceptRisks [maxRecords] the oldest completed record goes, each eviction counted; its retry is forwarded again only with the eviction counted', async () => {
+    const gw = await startTestGateway({
+      store: { kind: 'memory', maxRecords: 3, acceptRisks: ['maxRecords'] },
+      routes: [{ name: 'evicting', path: '/evicting', upstream: up.url, idempotency: { required: true } }],
+    })
+    try {
+      const zero = await metrics(gw.adminUrl)
+      expect(metric(zero, 'fencegate_idempotency_evicted_total', { route: 'evicting' })).toBe(0)
+      await fill(gw, '/evicting')
+      for (let n = 4; n <= 7; n++) expect((await post(`${gw.url}/evicting`, { n }, key(n))).status).toBe(201)
+      let m = await metrics(gw.adminUrl)
+      expect(metric(m, 'fencegate_idempotency_evicted_total', { route: 'evicting' })).toBe(4)
+      expect(metric(m, 'fencegate_store_full_total', { store: 'memory', limit: 'max_records' })).toBe(0)
+      // the newest three are kept and replayed
+      expect((await post(`${gw.url}/evicting`, { n: 7 }, key(7))).headers['idempotent-replayed']).toBe('true')
+      const before = up.count('/evicting')
+      const retry = await post(`${gw.url}/evicting`, { n: 1 }, key(1))
+      expect(retry.status).toBe(201)
+      expect(retry.headers['idempotent-replayed']).toBeUndefined()
+      expect(up.count('/evicting')).toBe(before + 1)
+      m = await metrics(gw.adminUrl)
+      // the retry's record took a place in turn: a fifth eviction
+      expect(metric(m, 'fencegate_idempotency_evicted_total', { route: 'evicting' })).toBe(5)
+      expect(gw.logs.join('')).toContain('store.acceptRisks: maxRecords')
+      const claim = JSON.parse((await send(`${gw.adminUrl}/audit`)).body.toString()).routes[0].claim
+      expect(claim.guarantees.join(' ')).toContain('for 24h (idempotency.ttl) or the newest 3 records (store.maxRecords), whichever is shorter')
+    } finally {
+      await gw.close()
+    }
   })
 })

@@ -195,6 +195,7 @@ describe('series from the start (contract §6)', () => {
     for (const route of ['pay', 'retry']) {
       for (const result of ['stored', 'replayed', 'in_flight', 'key_reused', 'released', 'not_stored']) zero('fencegate_idempotency_total', { route, result })
       zero('fencegate_duplicate_forwards_total', { route })
+      zero('fencegate_idempotency_evicted_total', { route })
       zero('fencegate_requests_total', { route, method: 'POST', code: '503', outcome: 'store_error' })
       zero('fencegate_requests_total', { route, method: 'PATCH', code: '409', outcome: 'outcome_unknown' })
     }
@@ -206,7 +207,7 @@ describe('series from the start (contract §6)', () => {
     expect(sample(fresh, 'fencegate_store_duration_seconds_count', { store: 'sqlite', op: 'ping' })).toBeGreaterThan(0)
     zero('fencegate_store_duration_seconds_count', { store: 'sqlite', op: 'admit' })
     zero('fencegate_store_state_losses_total', { store: 'sqlite' })
-    for (const reason of ['queue_full', 'store_error']) zero('fencegate_audit_dropped_total', { reason })
+    for (const reason of ['queue_full', 'store_error', 'log_full', 'evicted']) zero('fencegate_audit_dropped_total', { reason })
     expect(missing).toEqual([])
     // none on routes that cannot have them
     expect(sample(fresh, 'fencegate_fencing_rejections_total', { route: 'flaky', reason: 'stale' })).toBeUndefined()

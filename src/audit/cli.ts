@@ -21,6 +21,7 @@ import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
 import { buildTimeline, formatTimeline } from './timeline.js'
 import { buildLeases, formatLeases } from './leases.js'
 import { inspectStore } from '../store/doctor.js'
+import { runningReport } from '../store/memory-settings.js'
 import type { DoctorReport, Finding } from '../store/findings.js'
 import { claimSentences } from './guarantees.js'
 
@@ -159,7 +160,8 @@ export async function doctorCommand(config: Config, args: { json?: boolean }): P
   try {
     // sqlite: the pragmas of a connection opened as the gateway opens it (a file not made yet is not created)
     if (config.store.kind === 'sqlite' && config.store.path !== ':memory:' && existsSync(config.store.path)) store = await openStore(config.store, config.audit)
-    const report = await inspectStore(config.store, store)
+    // memory: the records are the running gateway's; ask it, else say what the config implies
+    const report = (config.store.kind === 'memory' ? await runningReport(config) : undefined) ?? await inspectStore(config.store, store)
     const code = report.refused.length ? 1 : 0
     return { code, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report)}\n`, stderr: code ? [`fencegate doctor: the gateway would refuse to start: ${report.refused.map((f) => f.id).join(', ')} (see above; store.acceptRisks)`] : undefined }
   } catch (e) {

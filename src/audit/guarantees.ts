@@ -92,7 +92,13 @@ export function claimFor(route: RouteConfig, store: Config['store'], measured: r
     }
     i = { ...i, methods: methodsHere }
     const keyed = `${list(i.methods)} requests with an ${header}`
-    out.guarantees.push(`Idempotency is on: for ${keyed}, at most one attempt per key${i.scope ? ` and scope ("${i.scope}")` : ''} is forwarded at a time, and a completed response is stored and replayed byte for byte, without calling the upstream, for ${formatDuration(i.ttl)} after it completed (idempotency.ttl).`)
+    const evicting = store.kind === 'memory' && store.acceptRisks.includes('maxRecords')
+    const kept = evicting
+      ? `for ${formatDuration(i.ttl)} (idempotency.ttl) or the newest ${store.maxRecords} records (store.maxRecords), whichever is shorter`
+      : `for ${formatDuration(i.ttl)} after it completed (idempotency.ttl)`
+    out.guarantees.push(`Idempotency is on: for ${keyed}, at most one attempt per key${i.scope ? ` and scope ("${i.scope}")` : ''} is forwarded at a time, and a completed response is stored and replayed byte for byte, without calling the upstream, ${kept}.`)
+    if (evicting) out.notGuaranteed.push(`When the memory store holds ${store.maxRecords} records (store.maxRecords), the oldest completed one is dropped before its ttl (store.acceptRisks: maxRecords): a retry of its key is forwarded again, a second effect, counted in fencegate_idempotency_evicted_total.`)
+    else if (store.kind === 'memory') out.guarantees.push(`No record is forgotten before its ttl to make room: when the memory store holds ${store.maxRecords} unexpired records (store.maxRecords), a request with a new key is refused with 503 and not forwarded (counted in fencegate_store_full_total).`)
     out.guarantees.push(`The same key with a different method, path, query, content type or body is refused with 422 and not forwarded.`)
     out.guarantees.push(i.inFlight === 'wait'
       ? 'A repeat while the first attempt is in flight waits for it and gets its response (inFlight: wait).'

@@ -4,11 +4,13 @@
  * appends up to `batchSize` entries at a time to the store's AuditLog, one batch in flight at
  * once. When the queue holds `capacity` entries, a new one is dropped and counted
  * (`fencegate_audit_dropped_total{reason="queue_full"}`); a batch the store refuses is dropped
- * and counted too (`reason="store_error"`). A request never waits for, or fails because of, the log.
+ * and counted too (`reason="store_error"`, or `log_full` for the entries a full memory attempt
+ * log refused, logged once a minute). A request never waits for, or fails because of, the log.
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.js'
 import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
+import { StoreFull } from '../store/types.js'
 
 export interface AuditQueueOptions {
   /** most entries waiting; default 10,000 */
@@ -33,6 +35,7 @@ export class AuditQueue {
   #scheduled = false
   #writing: Promise<void> | undefined
   #lastError = 0
+  #lastFull = -Infinity
 
   constructor(log: AuditLog, options: AuditQueueOptions = {}) {
     const { capacity = 10_000, batchSize = 500 } = options
@@ -84,8 +87,16 @@ export class AuditQueue {
         try {
           await this.#log.append(batch)
         } catch (e) {
-          this.#dropped?.inc({ reason: 'store_error' }, batch.length)
           const now = Date.now()
+          if (e instanceof StoreFull) {
+            this.#dropped?.inc({ reason: 'log_full' }, e.refused)
+            if (now - this.#lastFull >= 60_000) {
+              this.#lastFull = now
+              this.#logger?.error('attempt log full: new entries dropped rather than older ones forgotten within audit.retention', { count: e.refused, error: e.message })
+            }
+            continue
+          }
+          this.#dropped?.inc({ reason: 'store_error' }, batch.length)
           if (now - this.#lastError >= 1000) {
             this.#lastError = now
             this.#logger?.error('attempt log entries not written; dropped', { count: batch.length, error: (e as Error).message })

@@ -122,8 +122,12 @@ export const configSchema = z.strictObject({
     timeout: duration('1s', HOUR),
     onStateLoss: z.enum(['fail-closed', 'accept']).default('fail-closed'),
     synchronous: z.enum(['normal', 'full']).default('normal'),
+    /** memory: most high-water marks; a new resource past it is refused (503), a mark never forgotten */
     maxResources: z.number().int().min(1).default(1_000_000),
+    /** memory: most unexpired idempotency records; a new key past it is refused (503) unless acceptRisks names maxRecords */
     maxRecords: z.number().int().min(1).default(100_000),
+    /** memory: most attempt log entries within audit.retention; past it new entries are dropped (counted) unless acceptRisks names maxAttempts */
+    maxAttempts: z.number().int().min(1).default(100_000),
     /** redis: namespace of every key, so deployments (or test runs) can share one Redis */
     keyPrefix: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1-64 of A-Z a-z 0-9 _ . -').default('fencegate'),
     /** postgres: the schema holding fencegate's tables */
@@ -141,12 +145,17 @@ export const configSchema = z.strictObject({
     /** redis: how long WAIT waits for `replicas`; default: a quarter of `timeout` */
     replicasTimeout: optionalDuration(HOUR),
     /**
-     * risks of the store's own settings (fencegate doctor) that would stop start-up, accepted:
-     * `maxmemory-policy` (redis: an evicting policy can forget marks and records)
+     * risks the operator accepts that the store forgets entries before their time (fencegate
+     * doctor): `maxmemory-policy` (redis: an evicting policy can forget marks and records, else
+     * start-up is refused); `maxRecords` (memory: when full, the oldest completed record is dropped,
+     * counted, instead of a new key refused); `maxAttempts` (memory: the oldest attempt log entry)
      */
-    acceptRisks: z.array(z.enum(['maxmemory-policy'])).default([]),
+    acceptRisks: z.array(z.enum(['maxmemory-policy', 'maxRecords', 'maxAttempts'])).default([]),
   }).superRefine((s, ctx) => {
-    if (s.acceptRisks.length && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['acceptRisks'], message: `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` })
+    s.acceptRisks.forEach((risk, i) => {
+      const kind = risk === 'maxmemory-policy' ? 'redis' : 'memory'
+      if (s.kind !== kind) ctx.addIssue({ code: 'custom', path: ['acceptRisks', i], message: risk === 'maxmemory-policy' ? `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` : `${risk} is a memory store limit: only with store.kind memory, not ${s.kind}` })
+    })
     if (s.cluster && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['cluster'], message: `only with store.kind redis (a Redis Cluster's seed nodes in store.url), not ${s.kind}` })
     if (s.replicas > 0 && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['replicas'], message: `only with store.kind redis (WAIT for Redis replicas), not ${s.kind}` })
     if (s.kind === 'redis' && s.url !== undefined) {

@@ -9,7 +9,8 @@
  *   postgres  synchronous_commit, fsync, synchronous standbys, whether it is a standby;
  *   sqlite    journal_mode and synchronous of the gateway's own connection, and the filesystem
  *             the file is on (tmpfs, a network filesystem, a container's writable layer);
- *   memory    not durable, not shared.
+ *   memory    not durable, not shared, and how long store.maxRecords holds at the observed
+ *             rate (./memory-settings.ts).
  * The findings also go into the audit report's `claim.assumptions` (claimSentences,
  * src/audit/guarantees.ts), so the claim names the store it actually runs on.
  *
@@ -24,6 +25,7 @@ import { RiskRefused, type DoctorReport, type Finding } from './findings.js'
 import { redisFindings } from './redis/settings.js'
 import { postgresFindings } from './postgres/settings.js'
 import { sqliteFindings } from './sqlite/settings.js'
+import { memoryFindings } from './memory-settings.js'
 
 export { RiskRefused, type DoctorReport, type Finding, type FindingStatus } from './findings.js'
 
@@ -47,7 +49,7 @@ export async function inspectStore(config: Config['store'], store?: Store): Prom
   switch (config.kind) {
     case 'memory':
       target = 'this process'
-      findings = [{ id: 'durability', status: 'risk', setting: 'store.kind memory', consequence: 'Marks and records live in this process only: a restart forgets them all without anyone being told (a new process starts empty), and a second gateway process would keep its own.' }]
+      findings = memoryFindings(config, store)
       break
     case 'sqlite':
       target = config.path
@@ -108,6 +110,8 @@ export function logReport(report: DoctorReport, log: Logger): void {
  * per `maxAgeMs`, starting from the start-up report; undefined while the store cannot be read.
  */
 export function settingsReader(config: Config['store'], store: Store | undefined, first: DoctorReport | undefined, maxAgeMs = 60_000): () => Promise<DoctorReport | undefined> {
+  // memory: the store is this process, read at no cost, and its fill rate changes by the minute
+  if (config.kind === 'memory') maxAgeMs = 0
   let last = first
   let at = first ? Date.now() : 0
   let reading: Promise<DoctorReport | undefined> | undefined

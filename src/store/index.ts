@@ -10,7 +10,7 @@ import { MemoryStore } from './memory.js'
 import { SqliteStore } from './sqlite/index.js'
 import { RedisStore } from './redis/index.js'
 import { PostgresStore, migratePostgres } from './postgres/index.js'
-import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from './types.js'
+import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from './types.js'
 
 export { StoreError, type Store } from './types.js'
 
@@ -22,7 +22,10 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
   const auditRetentionMs = audit.retention
   switch (config.kind) {
     case 'memory':
-      return new MemoryStore({ maxResources: config.maxResources, maxRecords: config.maxRecords, auditRetentionMs })
+      return new MemoryStore({
+        maxResources: config.maxResources, maxRecords: config.maxRecords, auditCapacity: config.maxAttempts, auditRetentionMs,
+        evictRecords: config.acceptRisks.includes('maxRecords'), evictAttempts: config.acceptRisks.includes('maxAttempts'),
+      })
     case 'sqlite':
       return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs })
     case 'redis':
@@ -69,13 +72,33 @@ function withTimeout<T>(p: Promise<T>, ms: number, op: string): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer))
 }
 
+/** How often a full store, or one dropping entries the operator let it drop, is logged: once a minute. */
+const FULL_LOG_MS = 60_000
+
 /**
  * A Store that measures, counts errors and enforces the timeout on every call of `inner`.
- * Failures are logged at most once a second per operation, so an outage does not flood the log.
+ * Failures are logged at most once a second per operation, so an outage does not flood the log;
+ * a full store (StoreFull) is counted by limit and logged at most once a minute, and so are the
+ * evictions the operator accepted.
  */
 export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, log: Logger): Store {
   const kind = inner.kind
   const lastLogged = new Map<string, number>()
+  const rarely = (what: string, now = Date.now()): boolean => {
+    if (now - (lastLogged.get(what) ?? -Infinity) < FULL_LOG_MS) return false
+    lastLogged.set(what, now)
+    return true
+  }
+  inner.watchEvictions?.(
+    (route) => {
+      metrics.idempotencyEvicted.inc({ route })
+      if (rarely('evicted')) log.warn('the memory store is full and drops completed idempotency records before their ttl (store.acceptRisks: maxRecords): a retry of a dropped key is forwarded again', { store: kind, route })
+    },
+    () => {
+      metrics.auditDropped.inc({ reason: 'evicted' })
+      if (rarely('attempts evicted')) log.warn('the memory store\'s attempt log is full and drops its oldest entries within audit.retention (store.acceptRisks: maxAttempts)', { store: kind })
+    },
+  )
   const bounded = inner.inProcess ? <T>(p: Promise<T>) => p : <T>(p: Promise<T>, op: string) => withTimeout(p, timeoutMs, op)
   const call = async <T>(op: string, fn: () => Promise<T>): Promise<T> => {
     const started = performance.now()
@@ -84,7 +107,10 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     } catch (e) {
       metrics.storeErrors.inc({ store: kind, op })
       const now = Date.now()
-      if (now - (lastLogged.get(op) ?? 0) >= 1000) {
+      if (e instanceof StoreFull) {
+        metrics.storeFull.inc({ store: kind, limit: e.limit })
+        if (rarely(e.limit, now)) log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
+      } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
         lastLogged.set(op, now)
         log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
       }

@@ -1,29 +1,51 @@
 /**
  * In-process store. Not shared between processes and lost on exit: for development, tests and
  * single-process deployments that accept losing high-water marks on restart.
- * High-water marks are never evicted: past `maxResources` a new resource is refused with a
- * StoreError (503 and a log line), never a silent forget. Completed records live in an LRU with
- * a per-record ttl; in-flight and unknown-outcome records are never evicted (forgetting one
- * would let the key be forwarded again), so past `maxRecords` of them new claims are refused.
+ * Nothing is forgotten before its time to make room (contract §2): past `maxResources` a new
+ * resource is refused (StoreFull: 503, counted, logged), never a mark forgotten; past
+ * `maxRecords` unexpired idempotency records a new key is refused the same way — forgetting a
+ * completed record would let a retry of its key be forwarded again, a second effect — unless
+ * the operator accepted eviction of completed records (`store.acceptRisks: [maxRecords]`), each
+ * one counted (./memory-records.ts).
  */
-import { LRUCache } from 'lru-cache'
 import { randomUUID } from 'node:crypto'
-import { decideClaim, decideFinish, decideResolve, mayRelease, parseRecordId, recordId, type IdemRecord } from './record-state.js'
+import { decideClaim, decideFinish, decideResolve, mayRelease, parseRecordId } from './record-state.js'
+import { recordId } from './record-state.js'
 import { storeCall } from './call.js'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
+import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
 import { MemoryAuditLog } from './attempt-log/memory.js'
 import type { OlderWrites, Registration } from './types.js'
 import { olderOf, type Registered } from './registrations.js'
+import { RecordTable } from './memory-records.js'
 
 export interface MemoryStoreOptions {
   /** most resources with a high-water mark; default 1,000,000 */
   maxResources?: number
-  /** most idempotency records kept; the least recently used completed ones go first; default 100,000 */
+  /** most unexpired idempotency records kept; default 100,000 */
   maxRecords?: number
+  /** `store.acceptRisks: [maxRecords]`: at maxRecords the oldest completed record is dropped (counted) instead of a new key refused */
+  evictRecords?: boolean
   /** attempt log entries older than this are not reported, ms; default 7 days */
   auditRetentionMs?: number
-  /** most attempt log entries kept; default 10,000 */
+  /** most attempt log entries kept; default 100,000 */
   auditCapacity?: number
+  /** `store.acceptRisks: [maxAttempts]`: a full attempt log drops its oldest entry (counted) instead of refusing the new one */
+  evictAttempts?: boolean
+}
+
+/** How full the memory store is, and how fast it fills (`fencegate doctor`). */
+export interface MemoryCapacity {
+  records: number
+  maxRecords: number
+  evictRecords: boolean
+  resources: number
+  maxResources: number
+  /** records added under a new key since the store was made, and over how many ms */
+  added: number
+  overMs: number
+  /** the longest ttl a claim asked for, ms (0 before the first) */
+  longestTtlMs: number
+  evicted: number
 }
 
 export class MemoryStore implements Store {
@@ -32,12 +54,13 @@ export class MemoryStore implements Store {
   readonly #fences = new Map<string, bigint>()
   /** when each resource's mark was first accepted (FenceResult.since), epoch ms */
   readonly #since = new Map<string, number>()
-  /** completed and not_stored records: evicting one costs a replay, never a second effect */
-  readonly #records: LRUCache<string, IdemRecord>
-  /** in_flight and unknown records, kept until they expire or change state */
-  readonly #held = new Map<string, IdemRecord>()
+  readonly #records: RecordTable
   readonly #maxRecords: number
   readonly #maxResources: number
+  readonly #evictRecords: boolean
+  readonly #made = Date.now()
+  #longestTtl = 0
+  #evictionListener?: (route: string) => void
   readonly audit: MemoryAuditLog
   #closed = false
 
@@ -46,29 +69,27 @@ export class MemoryStore implements Store {
     if (!Number.isInteger(maxResources) || maxResources < 1) throw new TypeError('options.maxResources must be a positive integer')
     if (!Number.isInteger(maxRecords) || maxRecords < 1) throw new TypeError('options.maxRecords must be a positive integer')
     this.#maxResources = maxResources
-    this.#records = new LRUCache({ max: maxRecords })
     this.#maxRecords = maxRecords
-    this.audit = new MemoryAuditLog({ capacity: options.auditCapacity, retentionMs: options.auditRetentionMs })
+    this.#evictRecords = options.evictRecords ?? false
+    this.#records = new RecordTable({ max: maxRecords, evict: this.#evictRecords, onEvict: (id) => this.#evictionListener?.(parseRecordId(id).route) })
+    this.audit = new MemoryAuditLog({ capacity: options.auditCapacity, retentionMs: options.auditRetentionMs, evict: options.evictAttempts })
   }
 
-  #get(id: string): IdemRecord | undefined {
-    return this.#held.get(id) ?? this.#records.get(id)
+  /**
+   * Calls `record` with the route of every completed record dropped before its ttl, and `attempt`
+   * for every attempt log entry dropped within the retention (guardStore counts them).
+   */
+  watchEvictions(record: (route: string) => void, attempt?: () => void): void {
+    this.#evictionListener = record
+    this.audit.onEvict = attempt
   }
 
-  /** @throws StoreError naming `op` when a new in-flight or unknown record would pass maxRecords */
-  #put(id: string, r: IdemRecord, now: number, op: string): void {
-    if (r.state === 'in_flight' || r.state === 'unknown') {
-      if (!this.#held.has(id) && this.#held.size >= this.#maxRecords) {
-        for (const [k, v] of this.#held) if (v.expiresAt <= now) this.#held.delete(k)
-        if (this.#held.size >= this.#maxRecords) {
-          throw new StoreError(`memory store holds ${this.#maxRecords} in-flight or unknown records (store.maxRecords); refusing a new claim rather than forgetting one`, op)
-        }
-      }
-      this.#records.delete(id)
-      this.#held.set(id, r)
-    } else {
-      this.#held.delete(id)
-      this.#records.set(id, r, { ttl: Math.max(1, r.expiresAt - now) })
+  /** How full the store is and how fast it filled since it was made. */
+  capacity(now = Date.now()): MemoryCapacity {
+    return {
+      records: this.#records.size, maxRecords: this.#maxRecords, evictRecords: this.#evictRecords,
+      resources: this.#fences.size, maxResources: this.#maxResources,
+      added: this.#records.added, overMs: now - this.#made, longestTtlMs: this.#longestTtl, evicted: this.#records.evicted,
     }
   }
 
@@ -89,7 +110,7 @@ export class MemoryStore implements Store {
     const highest = this.#fences.get(resource)
     if (highest === undefined) {
       if (this.#fences.size >= this.#maxResources) {
-        throw new StoreError(`memory store holds ${this.#maxResources} resources (store.maxResources); refusing a new one rather than forgetting a high-water mark`, op)
+        throw new StoreFull(`the memory store holds ${this.#maxResources} high-water marks (store.maxResources) and forgets none, so a new resource cannot be fenced`, op, 'max_resources', this.#maxResources)
       }
     } else if (token <= highest) {
       const since = this.#since.get(resource)
@@ -130,22 +151,23 @@ export class MemoryStore implements Store {
 
   #claim(key: RecordKey, req: ClaimRequest, now: number, op: string): ClaimResult {
     const id = recordId(key)
-    const { result, write } = decideClaim(this.#get(id), req, now)
-    if (write) this.#put(id, write, now, op)
+    if (req.ttlMs > this.#longestTtl) this.#longestTtl = req.ttlMs
+    const { result, write } = decideClaim(this.#records.get(id), req, now)
+    if (write) this.#records.put(id, write, now, op)
     return result
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
     return this.#call('finish', () => {
       const id = recordId(key)
-      const next = decideFinish(this.#get(id), claimId, done, ttlMs, now)
-      if (next) this.#put(id, next, now, 'finish')
+      const next = decideFinish(this.#records.heldRecord(id), claimId, done, ttlMs, now)
+      if (next) this.#records.put(id, next, now, 'finish')
     })
   }
 
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
     return this.#call('renew', () => {
-      const r = this.#get(recordId(key))
+      const r = this.#records.heldRecord(recordId(key))
       if (!mayRelease(r, claimId)) return false
       r!.leaseUntil = now + leaseMs
       return true
@@ -155,16 +177,16 @@ export class MemoryStore implements Store {
   release(key: RecordKey, claimId: string): Promise<void> {
     return this.#call('release', () => {
       const id = recordId(key)
-      if (mayRelease(this.#get(id), claimId)) this.#held.delete(id)
+      if (mayRelease(this.#records.heldRecord(id), claimId)) this.#records.delete(id)
     })
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#call('resolve', () => {
       const id = recordId(key)
-      const { result, write } = decideResolve(this.#get(id), as, ttlMs, now)
-      if (write === null) this.#held.delete(id)
-      else if (write) this.#put(id, write, now, 'resolve')
+      const { result, write } = decideResolve(this.#records.get(id), as, ttlMs, now)
+      if (write === null) this.#records.delete(id)
+      else if (write) this.#records.put(id, write, now, 'resolve')
       return result
     })
   }
@@ -173,7 +195,7 @@ export class MemoryStore implements Store {
     return this.#call('unknowns', () => {
       const { route, limit = 1000 } = options
       const out: UnknownRecord[] = []
-      for (const [id, r] of this.#held) {
+      for (const [id, r] of this.#records.held) {
         if (out.length >= limit) break
         if (r.expiresAt <= now) continue
         const crashed = r.state === 'in_flight' && r.leaseUntil <= now

@@ -182,6 +182,13 @@ export interface Store {
    */
   readonly inProcess?: boolean
   /**
+   * Only where the store itself drops entries before their time because the operator accepted it
+   * (the memory store with `store.acceptRisks: [maxRecords]` / `[maxAttempts]`): `record` is called
+   * with the route of each completed record dropped before its ttl, `attempt` for each attempt log
+   * entry dropped within the retention. guardStore (./index.ts) counts them.
+   */
+  watchEvictions?(record: (route: string) => void, attempt?: () => void): void
+  /**
    * Fencing check-and-set (contract §3): accept iff `token >= highest`, and then set
    * `highest := token`, atomically. A resource seen for the first time accepts any token.
    * When it raises the mark (or sets the first), `now` is kept with it as `since`, atomically;
@@ -363,5 +370,30 @@ export class StoreError extends Error {
   ) {
     super(message, options)
     this.name = 'StoreError'
+  }
+}
+
+/** Which limit a full store reached (the `limit` label of `fencegate_store_full_total`). */
+export type StoreLimit = 'max_records' | 'max_resources' | 'max_attempts'
+
+/**
+ * The store holds as many unexpired entries as it may (the memory store's `store.maxRecords`,
+ * `store.maxResources`, `store.maxAttempts`) and refuses a new one rather than forget one before
+ * its time: the request fails closed (503 store-unavailable, the detail naming the limit).
+ */
+export class StoreFull extends StoreError {
+  constructor(
+    message: string,
+    op: string,
+    readonly limit: StoreLimit,
+    /** the configured limit */
+    readonly max: number,
+    /** when an entry expires at the earliest, epoch ms (the 503's Retry-After), when known */
+    readonly until?: number,
+    /** how many of the entries asked for were not written (an attempt log batch) */
+    readonly refused = 1,
+  ) {
+    super(message, op)
+    this.name = 'StoreFull'
   }
 }

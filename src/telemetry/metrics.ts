@@ -32,7 +32,9 @@ const LATENESS_BUCKETS = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 
 export const FENCING_REASONS = ['stale', 'missing', 'malformed'] as const
 export const IDEMPOTENCY_RESULTS = ['stored', 'replayed', 'in_flight', 'key_reused', 'released', 'not_stored'] as const
 export const UNKNOWN_REASONS = ['timeout', 'reset', 'client_abort', 'crash'] as const
-export const AUDIT_DROP_REASONS = ['queue_full', 'store_error'] as const
+export const AUDIT_DROP_REASONS = ['queue_full', 'store_error', 'log_full', 'evicted'] as const
+/** The limits of a store that refuses new entries when full (the memory store's; `fencegate_store_full_total`). */
+export const STORE_LIMITS = { memory: ['max_records', 'max_resources', 'max_attempts'] } as const satisfies Partial<Record<StoreKind, readonly string[]>>
 export const RELOAD_RESULTS = ['applied', 'refused'] as const
 /**
  * The `op` label of the store metrics: every operation guardStore (src/store/index.ts) times and
@@ -170,7 +172,9 @@ export function createMetrics(version: string) {
     duplicateForwards: new Counter({ name: 'fencegate_duplicate_forwards_total', help: 'Keys forwarded again after an unknown outcome (unknownOutcome: retry): possible duplicate effects.', labelNames: ['route'] as const, registers: [registry] }),
     storeDuration: new TimedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
-    auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries) or store_error (the store refused the batch).', labelNames: ['reason'] as const, registers: [registry] }),
+    auditDropped: new Counter({ name: 'fencegate_audit_dropped_total', help: 'Attempt log entries dropped instead of written: queue_full (the queue held audit.queueSize entries), store_error (the store refused the batch), log_full (the memory attempt log held store.maxAttempts entries within audit.retention), evicted (an older entry dropped within audit.retention to make room: store.acceptRisks maxAttempts).', labelNames: ['reason'] as const, registers: [registry] }),
+    storeFull: new Counter({ name: 'fencegate_store_full_total', help: 'New entries the store refused because it held its limit of unexpired ones (memory: max_records store.maxRecords, max_resources store.maxResources, max_attempts store.maxAttempts): the request was refused (503) rather than a record or mark forgotten before its time.', labelNames: ['store', 'limit'] as const, registers: [registry] }),
+    idempotencyEvicted: new Counter({ name: 'fencegate_idempotency_evicted_total', help: 'Completed idempotency records dropped before their ttl to make room (only where store.acceptRisks names it: memory maxRecords): a retry of such a key is forwarded again, a second effect.', labelNames: ['route'] as const, registers: [registry] }),
     unknownUnresolved: new Gauge({ name: 'fencegate_unknown_outcomes_unresolved', help: 'Idempotency records now in the unknown state (sent upstream, no complete response, not yet resolved or expired), as the store holds them: the same number on every gateway sharing the store. Settle each with `fencegate unknown` and `fencegate resolve`.', labelNames: ['route'] as const, registers: [registry] }),
     fencingGenerations: new Counter({ name: 'fencegate_fencing_generations_total', help: 'Fencing check-and-sets that raised a resource\'s high-water mark (or set its first): new lease generations, how often leases change hands.', labelNames: ['route'] as const, registers: [registry] }),
     idempotencyLease: new Gauge({ name: 'fencegate_idempotency_lease_seconds', help: 'The route\'s configured idempotency.lease, seconds: shown beside the observed effect durations (fencegate leases).', labelNames: ['route'] as const, registers: [registry], aggregator: 'max' }),
@@ -189,6 +193,7 @@ export function createMetrics(version: string) {
   /** The store metrics of every op at 0 (contract §6). Safe to call again. */
   const initStore = (store: StoreKind) => {
     m.storeStateLosses.inc({ store }, 0)
+    for (const limit of (STORE_LIMITS as Partial<Record<StoreKind, readonly string[]>>)[store] ?? []) m.storeFull.inc({ store, limit }, 0)
     for (const op of STORE_OPS) {
       m.storeErrors.inc({ store, op }, 0)
       zeroOnce(m.storeDuration, { store, op })
@@ -220,6 +225,7 @@ export function createMetrics(version: string) {
     if (r.idempotency) {
       for (const result of IDEMPOTENCY_RESULTS) m.idempotency.inc({ route, result }, 0)
       m.duplicateForwards.inc({ route }, 0)
+      m.idempotencyEvicted.inc({ route }, 0)
       m.idempotencyLease.set({ route }, r.idempotency.lease / 1000)
     }
   }
