@@ -150,10 +150,41 @@ routes:
       expect.stringMatching(/:3: admin\.listen: 127\.0\.0\.1:7000 is taken by listen/),
       expect.stringMatching(/:4: stroe: unknown key \(did you mean "store"\?\)$/),
       expect.stringMatching(/:11: routes\[0\]\.upstream\.url: environment variable FG_TEST_UNSET_UPSTREAM is not set/),
+      // routes[0] and routes[1] have a value wrong, and the shadowing of their paths is still seen
+      expect.stringMatching(/:14: routes\[1\]\.match\.path: route pay never matches: routes\[0\] \(all: \/\*, every method\)/),
       expect.stringMatching(/:17: routes\[1\]\.upstream\.timeout: "10 s" is not a duration/),
+      expect.stringMatching(/:22: routes\[2\]\.match\.path: route pay2 never matches: routes\[0\] \(all: \/\*, every method\)/),
       expect.stringMatching(/:25: routes\[2\]\.upstream\.url: has a path or query \("\/v1"\)/),
       expect.stringMatching(/:28: routes\[2\]\.fencing\.required: must be true or false, not "no" \(YAML 1\.2 reads it as text\)$/),
     ])
+  })
+
+  // Two unrelated mistakes, one a value of the wrong kind and one only seen across fields: the
+  // first must not hide the second (a route whose timeout is wrong still has a name and a path).
+  const TWO = GOOD + `  - name: other
+    match:
+      path: /other/*
+      methods: [POST]
+    upstream:
+      url: http://127.0.0.1:9091
+`
+  test.each([
+    ['a bad duration and a repeated route name', TWO.replace('timeout: 10s', 'timeout: 10 s').replace('name: other', 'name: payments'),
+      [/:13: routes\[0\]\.upstream\.timeout: "10 s" is not a duration/, /:19: routes\[1\]\.name: route name "payments" is already used by routes\[0\]$/]],
+    ['an admin token of the wrong kind and the listeners on one port', GOOD.replace('listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0', 'listen: 127.0.0.1:8080\nadmin:\n  listen: 127.0.0.1:8080\n  token: 5'),
+      [/:3: admin\.listen: 127\.0\.0\.1:8080 is taken by listen \(127\.0\.0\.1:8080\)/, /:4: admin\.token: must be text, not 5$/]],
+    ['a bad size in a route and that route shadowed by an earlier one', TWO.replace('path: /other/*', 'path: /accounts/:account/charges').replace('      url: http://127.0.0.1:9091', '      url: http://127.0.0.1:9091\n    maxRequestBytes: lots'),
+      [/:21: routes\[1\]\.match\.path: route other never matches: routes\[0\] \(payments: \/accounts\/:account\/\*, POST\) comes first/, /:25: routes\[1\]\.maxRequestBytes: "lots" is not a size/]],
+    ['a misspelt key in a route and that route listing HEAD alone', TWO.replace('      methods: [POST]\n    upstream:\n      url: http://127.0.0.1:9091', '      methods: [HEAD]\n    upstream:\n      url: http://127.0.0.1:9091\n      timout: 5s'),
+      [/:22: routes\[1\]\.match\.methods: HEAD alone never matches/, /:25: routes\[1\]\.upstream\.timout: unknown key \(did you mean "timeout"\?\)$/]],
+    ['a bad fencing value and idempotency methods the route never admits', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      required: yes').replace('ttl: 24h', 'ttl: 24h\n      methods: [PUT]'),
+      [/:16: routes\[0\]\.fencing\.required: must be true or false, not "yes"/, /:19: routes\[0\]\.idempotency\.methods: none of PUT is in match\.methods \(POST\)/]],
+    ['a connection count out of range and, in the same route, a lease shorter than the upstream timeout', GOOD.replace('      timeout: 10s', '      timeout: 10s\n      connections: 0').replace('ttl: 24h', 'ttl: 24h\n      lease: 5s'),
+      [/:14: routes\[0\]\.upstream\.connections: must be at least 1, not 0$/, /:19: routes\[0\]\.idempotency\.lease: lease \(5000 ms\) must be at least upstream\.timeout \(10000 ms\)/]],
+  ])('%s: two lines, each naming its YAML path', async (_what, yaml, expected) => {
+    const r = await check(yaml)
+    expect(r.code).toBe(2)
+    expect(r.err.trim().split('\n')).toEqual(expected.map((re) => expect.stringMatching(re)))
   })
 
   test('a YAML syntax error: one line, with line and column', async () => {

@@ -2,9 +2,11 @@
  * Checks across keys, for the mistakes that validate key by key and still break a deployment:
  * a route that can never match, an upstream URL whose path would be dropped, two listeners on
  * one address, idempotency methods the route never admits. They run on whatever parts of the
- * config are valid, so `check-config` reports everything in one pass.
+ * config are valid, field by field (./salvage.ts): a check whose inputs did not validate is
+ * skipped, so `check-config` reports everything in one pass and never a guess.
  */
 import type { Config, RouteConfig } from './schema.js'
+import type { Parts } from './salvage.js'
 import { compileTemplate, pathParams } from './template.js'
 
 /** One finding: its YAML path and the message. */
@@ -57,6 +59,9 @@ export function pathCovers(earlier: string, later: string): boolean {
 
 const methodsText = (m: readonly string[] | undefined) => (m ? m.join(', ') : 'every method')
 
+/** A route's name in a message; its place when the name itself did not validate. */
+const nameOf = (r: { name?: string | null }, i: number) => (typeof r.name === 'string' ? r.name : `routes[${i}]`)
+
 /** Whether a listen address takes every interface. */
 const wildcard = (host: string) => host === '0.0.0.0' || host === '::' || host === '[::]' || host === ''
 
@@ -69,35 +74,47 @@ export function listenersClash(listen: string, admin: string): boolean {
   return p.host === q.host || wildcard(p.host) || wildcard(q.host)
 }
 
+/** A route as far as it validated (`Parts`); a fully valid route is one too. */
+export type RouteParts = Parts<RouteConfig>
+
+/** `match.methods`: the list, undefined for every method, null when it did not validate. */
+const methodsOf = (r: RouteParts): readonly string[] | undefined | null => (r.match ? r.match.methods : null)
+
 /** The checks of one route on its own (templates, timings, upstream URL, methods). */
-export function routeFindings(r: RouteConfig, i: number): Finding[] {
+export function routeFindings(r: RouteParts, i: number): Finding[] {
   const out: Finding[] = []
   const at = (...p: PropertyKey[]) => ['routes', i, ...p]
-  const params = pathParams(r.match.path)
-  const template = (text: string, ...p: PropertyKey[]) => {
+  const params = typeof r.match?.path === 'string' ? pathParams(r.match.path) : undefined
+  const template = (text: string | null | undefined, ...p: PropertyKey[]) => {
+    if (typeof text !== 'string' || !params) return
     try { compileTemplate(text, params) } catch (e) { out.push({ path: at(...p), message: (e as Error).message }) }
   }
+  const methods = methodsOf(r)
   if (r.fencing) template(r.fencing.resource, 'fencing', 'resource')
   if (r.idempotency) {
     const { lease, ttl } = r.idempotency
+    const timeout = r.upstream?.timeout
     // a request still in flight past its lease is taken for crashed: its result would be lost
-    if (lease < r.upstream.timeout) {
-      out.push({ path: at('idempotency', 'lease'), message: `lease (${lease} ms) must be at least upstream.timeout (${r.upstream.timeout} ms): a request still waiting for the upstream would be taken for crashed and its response lost` })
+    if (typeof lease === 'number' && typeof timeout === 'number' && lease < timeout) {
+      out.push({ path: at('idempotency', 'lease'), message: `lease (${lease} ms) must be at least upstream.timeout (${timeout} ms): a request still waiting for the upstream would be taken for crashed and its response lost` })
     }
     // an in-flight record that expires frees the key while the first request is still upstream
-    if (ttl < lease) {
+    if (typeof ttl === 'number' && typeof lease === 'number' && ttl < lease) {
       out.push({ path: at('idempotency', 'ttl'), message: `ttl (${ttl} ms) must be at least lease (${lease} ms): the key would be forgotten while its first request is still in flight` })
     }
     template(r.idempotency.scope, 'idempotency', 'scope')
-    const admitted = routedMethods(r.match.methods)
-    if (!r.idempotency.methods.some((m) => admitted.has(m))) {
-      out.push({ path: at('idempotency', 'methods'), message: `none of ${r.idempotency.methods.join(', ')} is in match.methods (${methodsText(r.match.methods)}), so this route never uses an idempotency key: list the route's write methods here, or add them to match.methods` })
+    const keyed = r.idempotency.methods
+    if (keyed && methods !== null) {
+      const admitted = routedMethods(methods)
+      if (!keyed.some((m) => admitted.has(m))) {
+        out.push({ path: at('idempotency', 'methods'), message: `none of ${keyed.join(', ')} is in match.methods (${methodsText(methods)}), so this route never uses an idempotency key: list the route's write methods here, or add them to match.methods` })
+      }
     }
   }
-  if (r.match.methods && routedMethods(r.match.methods).size === 0) {
+  if (methods && routedMethods(methods).size === 0) {
     out.push({ path: at('match', 'methods'), message: 'HEAD alone never matches: HEAD requests are routed as GET (to routes listing GET). List GET too, or both' })
   }
-  out.push(...upstreamUrlFindings(r.upstream.url, i))
+  out.push(...upstreamUrlFindings(r.upstream?.url, i))
   return out
 }
 
@@ -123,29 +140,34 @@ export function upstreamUrlFindings(url: unknown, i: number): Finding[] {
 
 /**
  * Checks across routes (names, shadowing) and across sections (listeners, store URL), on the
- * parts that validated: `routes` holds each valid route with its index in the file.
+ * parts that validated: `routes` holds each route, as far as it validated, with its index in the
+ * file; a section that did not validate is null or left out.
  */
-export function crossFindings(parts: { listen?: string; adminListen?: string; store?: Config['store']; routes: [number, RouteConfig][] }): Finding[] {
+export function crossFindings(parts: { listen?: string | null; adminListen?: string | null; store?: Parts<Config['store']> | null; routes: [number, RouteParts][] }): Finding[] {
   const out: Finding[] = []
   const seen = new Map<string, number>()
   for (const [i, r] of parts.routes) {
-    if (seen.has(r.name)) out.push({ path: ['routes', i, 'name'], message: `route name "${r.name}" is already used by routes[${seen.get(r.name)}]` })
-    else seen.set(r.name, i)
+    if (typeof r.name === 'string') {
+      if (seen.has(r.name)) out.push({ path: ['routes', i, 'name'], message: `route name "${r.name}" is already used by routes[${seen.get(r.name)}]` })
+      else seen.set(r.name, i)
+    }
     out.push(...routeFindings(r, i))
   }
   // first match wins: a route whose every request an earlier route takes never runs (a "/*"
-  // before a fenced route silently turns its fencing off)
-  for (const [j, later] of parts.routes) {
+  // before a fenced route silently turns its fencing off); only routes whose path and methods
+  // validated take part
+  const matching = parts.routes.filter(([, r]) => typeof r.match?.path === 'string' && methodsOf(r) !== null) as [number, RouteParts & { match: { path: string; methods?: string[] } }][]
+  for (const [j, later] of matching) {
     const laterMethods = routedMethods(later.match.methods)
     if (!laterMethods.size) continue
-    for (const [i, earlier] of parts.routes) {
+    for (const [i, earlier] of matching) {
       if (i >= j) break
       const earlierMethods = routedMethods(earlier.match.methods)
       if (![...laterMethods].every((m) => earlierMethods.has(m)) || !pathCovers(earlier.match.path, later.match.path)) continue
       const lost = [later.fencing && 'fencing', later.idempotency && 'idempotency'].filter(Boolean)
       out.push({
         path: ['routes', j, 'match', 'path'],
-        message: `route ${later.name} never matches: routes[${i}] (${earlier.name}: ${earlier.match.path}, ${methodsText(earlier.match.methods)}) comes first and takes every request it would get${lost.length ? `, so its ${lost.join(' and ')} never applies` : ''}. Routes are tried in order: move it above routes[${i}], or narrow routes[${i}]`,
+        message: `route ${nameOf(later, j)} never matches: routes[${i}] (${nameOf(earlier, i)}: ${earlier.match.path}, ${methodsText(earlier.match.methods)}) comes first and takes every request it would get${lost.length ? `, so its ${lost.join(' and ')} never applies` : ''}. Routes are tried in order: move it above routes[${i}], or narrow routes[${i}]`,
       })
       break
     }
@@ -154,7 +176,8 @@ export function crossFindings(parts: { listen?: string; adminListen?: string; st
     out.push({ path: ['admin', 'listen'], message: `${parts.adminListen} is taken by listen (${parts.listen}): the proxy and the admin listener each need their own port` })
   }
   const store = parts.store
-  if (store) {
+  // a url that did not validate is reported as such, not as missing
+  if (store && store.url !== null) {
     if ((store.kind === 'redis' || store.kind === 'postgres') && !store.url) {
       out.push({ path: ['store', 'url'], message: `store.kind ${store.kind} needs store.url` })
     } else if (store.kind === 'redis' && !/^rediss?:\/\/./.test(store.url!)) {

@@ -1,15 +1,16 @@
 /**
  * Loads a config file: YAML → `${ENV}` / `${ENV:-default}` interpolation in string values →
  * schema validation → checks across fields (./checks.ts: names, templates, shadowed routes,
- * listeners, upstream URLs) → paths made relative to the config file's folder. Every problem is
- * reported in one pass, in the config's own terms (./messages.ts), each with its YAML path and
- * line.
+ * listeners, upstream URLs), on every field that validated (./salvage.ts) → paths made relative
+ * to the config file's folder. Every problem is reported in one pass, in the config's own terms
+ * (./messages.ts), each with its YAML path and line.
  */
 import { readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
-import { configSchema, type Config, type RouteConfig } from './schema.js'
-import { crossFindings, upstreamUrlFindings } from './checks.js'
+import { configSchema, type Config } from './schema.js'
+import { crossFindings, type RouteParts } from './checks.js'
+import { salvage, type Parts } from './salvage.js'
 import { describeIssue } from './messages.js'
 
 /** One mistake in a config: its YAML path (e.g. `routes[0].upstream.timeout`) and what is wrong. */
@@ -166,21 +167,19 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
     for (const issue of parsed.error.issues) {
       for (const d of describeIssue(issue, data)) add(d.path, d.message, issue.code === 'unrecognized_keys')
     }
-    // what still can be checked: each valid route, and the sections that validated
+    // what still can be checked: every field that validated, each route's and each section's
     const raw = (data ?? {}) as Record<string, unknown>
     const shape = configSchema.shape
-    const ok = <T>(r: { success: boolean; data?: T }): T | undefined => (r.success ? r.data : undefined)
-    const routes: [number, RouteConfig][] = []
+    const routes: [number, RouteParts][] = []
     if (Array.isArray(raw.routes)) {
       raw.routes.forEach((r, i) => {
-        const v = ok(shape.routes.element.safeParse(r))
+        const v = salvage(shape.routes.element, r) as RouteParts | null
         if (v) routes.push([i, v])
-        else for (const f of upstreamUrlFindings((r as { upstream?: { url?: unknown } } | null)?.upstream?.url, i)) add(f.path, f.message)
       })
     }
-    const listen = ok(shape.listen.safeParse(raw.listen))
-    const admin = ok(shape.admin.safeParse(raw.admin))
-    const store = ok(shape.store.safeParse(raw.store))
+    const listen = salvage(shape.listen, raw.listen) as string | null
+    const admin = salvage(shape.admin, raw.admin) as Parts<Config['admin']> | null
+    const store = salvage(shape.store, raw.store) as Parts<Config['store']> | null
     const seen = new Set(problems.map((p) => `${p.path}: ${p.message}`))
     for (const f of crossFindings({ listen, adminListen: admin?.listen, store, routes })) {
       if (!seen.has(`${pathText(f.path)}: ${f.message}`)) add(f.path, f.message)
