@@ -14,6 +14,7 @@ import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
 import { sleep } from './helpers/wait.js'
 import { retryAfterSeconds, EffectDurations } from '../src/idempotency/retry-after.js'
 import { routeLeases, human } from '../src/audit/leases.js'
+import { brokerSettings } from '../src/audit/broker-settings.js'
 import { parseConfig } from '../src/config/load.js'
 
 const run = Date.now().toString(36)
@@ -133,6 +134,11 @@ describe('fencegate leases', () => {
     expect(text.stdout).not.toMatch(/^route retry /m) // not fenced
     expect(text.stdout).toMatch(/advice {7}lease ≥ \S+, renew every \S+/)
     expect(text.stdout).toContain('the gateway sees only the writes that reach it')
+    expect(text.stdout).toMatch(/^ {4}NATS JetStream {2}ack_wait \S+, .*msg\.working\(\) every /m)
+    expect(text.stdout).toMatch(/^ {4}RabbitMQ {8}consumer_timeout 60000, x-consumer-timeout 60000, heartbeat \d+$/m)
+    expect(text.stdout).toMatch(/^ {4}BullMQ {10}lockDuration \d+, lockRenewTime \d+/m)
+    expect(text.stdout).toMatch(/^ {4}Amazon SQS {6}VisibilityTimeout \d+, /m)
+    expect(cli.routes[0].advice.brokers.map((b: { broker: string }) => b.broker)).toEqual(['NATS JetStream', 'RabbitMQ', 'BullMQ', 'Amazon SQS'])
     const bad = await runCli(['leases', '--config', configPath, '--route', 'nope'])
     expect(bad.status).toBe(2)
     expect((await send(`${gw.adminUrl}/leases?route=nope`)).status).toBe(400)
@@ -149,6 +155,23 @@ describe('fencegate leases', () => {
     // 4 tokens on each resource, then token 9 on res0; tenures of 500 s between first writes
     expect(r.generations).toMatchObject({ resources: 2, total: 9, handovers: 7, maxPerResource: 5, medianTenureMs: 500_000 })
     expect(r.advice.warnings.join('\n')).toMatch(/1 fenced write was sent and got no answer within upstream\.timeout \(5 s\)/)
+    // the advice in each broker's words: L = 1.5 × (p99.9 109 ms + 1 s) = 1.7 s, renewed every 500 ms
+    expect(r.advice).toMatchObject({ minimumLeaseMs: 1700, renewalIntervalMs: 500 })
+    const brokers = Object.fromEntries(r.advice.brokers!.map((b) => [b.broker, b.settings]))
+    expect(brokers).toEqual({
+      'NATS JetStream': { ack_wait: '1700ms', 'ack_wait (API, ns)': 1_700_000_000, 'msg.working() every': '500ms', max_deliver: -1 },
+      RabbitMQ: { consumer_timeout: 60_000, 'x-consumer-timeout': 60_000, heartbeat: 1 },
+      BullMQ: { lockDuration: 1700, lockRenewTime: 500, stalledInterval: 1700 },
+      'Amazon SQS': { VisibilityTimeout: 2, 'ChangeMessageVisibility every': '500ms' },
+    })
+    // RabbitMQ's floor of a minute, AWS's 6 × the function timeout
+    expect(r.advice.brokers!.find((b) => b.broker === 'RabbitMQ')!.note).toContain('so 1700ms becomes 1m')
+    expect(r.advice.brokers!.find((b) => b.broker === 'Amazon SQS')!.note).toContain('at least 6 × the function timeout: with a function timeout of 2 s, 12 s')
+    const long = brokerSettings(180_000, 60_000)
+    expect(long.find((b) => b.broker === 'RabbitMQ')!.settings).toEqual({ consumer_timeout: 180_000, 'x-consumer-timeout': 180_000, heartbeat: 90 })
+    expect(long.find((b) => b.broker === 'RabbitMQ')!.note).not.toContain('becomes')
+    expect(long.find((b) => b.broker === 'Amazon SQS')!.settings).toMatchObject({ VisibilityTimeout: 180 })
+    expect(brokerSettings(50_000_000, 1000).find((b) => b.broker === 'Amazon SQS')!.settings).toMatchObject({ VisibilityTimeout: 43_200 })
     expect(human(41_300)).toBe('41.3 s')
     expect(human(125_000)).toBe('2 min 5 s')
   })

@@ -26,6 +26,7 @@ import type { Config, RouteConfig } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
 import { formatDuration } from '../config/units.js'
+import { brokerSettings, formatBrokerSettings, type BrokerSetting } from './broker-settings.js'
 
 /** Most fenced attempts read per report (the newest of the window). */
 export const LEASES_LIMIT = 100_000
@@ -78,6 +79,8 @@ export interface LeaseAdvice {
   /** the effect duration the advice is built on, ms, and which one it is */
   effectMs?: number
   effectBasis?: 'p99.9' | 'max'
+  /** the lease and renewal as each known broker's setting (src/audit/broker-settings.ts) */
+  brokers?: BrokerSetting[]
   /** the advice, with its numbers, in plain words */
   lines: string[]
   warnings: string[]
@@ -241,7 +244,7 @@ function advise(effects: EffectStats, gens: GenerationStats, stale: StaleStats, 
         lines.push(`${stale.count} stale write${stale.count === 1 ? '' : 's'}, at most ${human(worst)} late: pauses within the advised margin (${human(M)}). Leases shorter than advised may be why ${stale.count === 1 ? 'its writer was' : 'their writers were'} superseded.`)
       }
     }
-    return { minimumLeaseMs: L, renewalIntervalMs: R, marginMs: M, effectMs: E, effectBasis: basis, lines: [...lines, ...generationLines(gens, stale)], warnings }
+    return { minimumLeaseMs: L, renewalIntervalMs: R, marginMs: M, effectMs: E, effectBasis: basis, brokers: brokerSettings(L, R), lines: [...lines, ...generationLines(gens, stale)], warnings }
   }
   return { lines: [...lines, ...generationLines(gens, stale)], warnings }
 }
@@ -293,6 +296,7 @@ export function formatLeases(report: LeaseReport, config?: Config): string {
     if (r.advice.minimumLeaseMs !== undefined) out.push(`  advice       lease ≥ ${formatDuration(r.advice.minimumLeaseMs)}, renew every ${formatDuration(r.advice.renewalIntervalMs!)}`)
     for (const l of r.advice.lines) out.push(`    - ${l}`)
     for (const w of r.advice.warnings) out.push(`    ! ${w}`)
+    if (r.advice.brokers) out.push('  in the broker\'s words (the advised lease and renewal as each one\'s setting):', ...formatBrokerSettings(r.advice.brokers))
     out.push('')
   }
   out.push('how:')
