@@ -127,7 +127,7 @@ export async function runRabbitMQ(options: RabbitRunOptions = {}): Promise<Broke
     n.expect(lost !== undefined, 'the broker had closed A\'s connection: its ack was lost with it')
 
     const q = await (await conn.createChannel()).checkQueue(queue)
-    r.broker = { version, messages: q.messageCount, consumers: q.consumerCount }
+    r.broker = { queue, version, messages: q.messageCount, consumers: q.consumerCount }
     n.step('RabbitMQ', `${queue}: ${q.messageCount} message(s) ready, ${q.consumerCount} consumer(s)`)
     n.expect(q.messageCount === 0, 'the job is done: nothing left in the queue')
 
