@@ -61,13 +61,16 @@ describe('a 412 says how long ago the writer was superseded', () => {
     expect(later.supersededForMs).toBeGreaterThanOrEqual(1380)
 
     // a newer generation: a writer one behind is late by about nothing
+    const sixAt = Date.now() // before the write: token 6 is first accepted while it is handled
     expect((await write(`/work/${res}/apply`, '6', `${res}-k3`)).status).toBe(201)
     const fresh = expectProblem(await write(`/work/${res}/apply`, '5', `${res}-k4`), { status: 412, type: 'stale-fencing-token', members: { highestToken: '6' } })
     expect(fresh.supersededForMs).toBeLessThan(300)
 
     // stale and with a key it cannot use: 412 first (precedence), the mark read, not raised
     const refused = expectProblem(await write(`/work/${res}/apply`, '3', 'x'.repeat(256)), { status: 412, type: 'stale-fencing-token' })
-    expect(refused.supersededForMs).toBeGreaterThanOrEqual(0)
+    // counted from 6's first acceptance, as the fresh one was, and no earlier
+    expect(refused.supersededForMs).toBeGreaterThanOrEqual(fresh.supersededForMs as number)
+    expect(refused.supersededForMs).toBeLessThanOrEqual(Date.now() - sixAt)
 
     expect(await count('fencegate_fencing_stale_lateness_seconds_count', { route: 'work' })).toBe(lateBefore + 4)
     expect(await count('fencegate_fencing_generations_total', { route: 'work' })).toBe(gensBefore + 2)

@@ -80,7 +80,9 @@ async function seedTimeline(gw: TestGateway) {
 describe('attempt log (sqlite store)', () => {
   test('a forwarded, a replayed and a stale request are each recorded with what the gateway decided, never the raw key', async () => {
     const { gw, dir } = await setup(SQLITE, (up) => [paymentsRoute(up)])
+    const sentAt = performance.now()
     expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
+    const timelineMs = performance.now() - sentAt
 
     const db = new Database(join(dir, 'fg.db'), { readonly: true })
     cleanups.push(() => { db.close() })
@@ -96,7 +98,9 @@ describe('attempt log (sqlite store)', () => {
     for (const r of rows) {
       expect(r).toMatchObject({ kind: 'attempt', route: 'payments', method: 'POST', resource: 'account:acct-1', replica: `${hostname()}:${process.pid}` })
       expect(r.time as number).toBeGreaterThan(Date.now() - 60_000)
-      expect(r.duration_ms as number).toBeGreaterThanOrEqual(0)
+      // measured in the gateway, µs-rounded: some time passed, and no more than the client waited
+      expect(r.duration_ms as number).toBeGreaterThan(0)
+      expect(r.duration_ms as number).toBeLessThan(timelineMs)
       expect(r.trace_id).toBeNull() // tracing is off
     }
     // the key is there only as its hash, on every attempt that carried it: the stale one too

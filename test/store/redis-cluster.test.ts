@@ -16,6 +16,7 @@ import { describeStoreConformance, key, req, sampleResponse, T0 } from './confor
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js'
 import { startUpstream, headerValues, type Upstream } from '../helpers/upstream.js'
 import { post, send, type Reply } from '../helpers/http.js'
+import { until } from '../helpers/wait.js'
 
 const run = `fgc-${randomUUID().slice(0, 8)}`
 let c: LocalCluster
@@ -380,7 +381,7 @@ routes:
 
   test('a claim in flight on A gets 409 request-in-flight on B, then B replays A\'s answer', async () => {
     const slow = write(a, 'held', 1n, 'k-held', 'slow?ms=1000')
-    for (let i = 0; i < 100 && calls('held') === 0; i++) await new Promise((r) => setTimeout(r, 20))
+    await until(() => calls('held') > 0, { timeoutMs: 2000, message: 'the held claim to reach the upstream' })
     expect(calls('held')).toBe(1)
     const onB = await write(b, 'held', 1n, 'k-held', 'slow?ms=1000')
     expect(onB.status).toBe(409)
@@ -447,19 +448,10 @@ routes:
     // short list; ping (and so /readyz) fails while a slot has no master
     await expect(watcher.unknowns(Date.now())).rejects.toBeInstanceOf(StoreError)
     await expect(watcher.ping()).rejects.toBeInstanceOf(StoreError)
-    let notReady = false
-    for (let i = 0; i < 20 && !notReady; i++) {
-      notReady = (await send(`${a.adminUrl}/readyz`)).status === 503
-      if (!notReady) await new Promise((r) => setTimeout(r, 50))
-    }
-    expect(notReady).toBe(true)
+    await until(async () => (await send(`${a.adminUrl}/readyz`)).status === 503, { timeoutMs: 1000, intervalMs: 50, message: 'A\'s /readyz to answer 503 while a slot has no master' })
     await c.waitOk(15_000)
     const failedOver = Date.now()
-    for (let i = 0; ; i++) {
-      if (await watcher.ping().then(() => true, () => false)) break
-      if (i > 50) throw new Error('ping did not recover after the failover')
-      await new Promise((r) => setTimeout(r, 100))
-    }
+    await until(() => watcher.ping().then(() => true), { timeoutMs: 5100, intervalMs: 100, message: 'ping to recover after the failover' })
     phase = 'after'
     await new Promise((r) => setTimeout(r, 1000))
     // the promoted replica has no replica of its own: A's writes to its slots cannot be acknowledged
