@@ -93,17 +93,19 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
   writeToken ??= config?.admin.writeToken
   const app = new Hono()
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
+  const lostReply = () => Response.json({ status: 'store state lost', store: store.kind, seen: watch?.seen,
+    detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' }, { status: 503 })
   app.get('/readyz', async (c) => {
     if (!accepting()) return c.json({ status: 'shutting down' }, 503)
     try {
       await store.ping()
       metrics.storeUp.set({ store: store.kind }, 1)
       await watch?.check()
-      if (watch?.lost) {
-        return c.json({ status: 'store state lost', store: store.kind, detail: 'the store\'s epoch marker changed or is missing; run `fencegate store accept-loss` once the loss is understood' }, 503)
-      }
+      if (watch?.lost) return lostReply()
       return c.json({ status: 'ready', store: store.kind })
     } catch (e) {
+      // a check that met a store gone back in time (src/store/sequence.ts) marked the loss
+      if (watch?.lost) return lostReply()
       metrics.storeUp.set({ store: store.kind }, 0)
       return c.json({ status: 'store unavailable', store: store.kind, detail: (e as Error).message }, 503)
     }

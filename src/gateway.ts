@@ -13,7 +13,8 @@ import type { Config } from './config/schema.js'
 import type { GatewayEnv } from './context.js'
 import type { RequestFacts } from './facts.js'
 import { compileRoute, type CompiledRoute } from './route.js'
-import { Problem, storeUnavailable } from './problems.js'
+import { Problem, stateLost, storeUnavailable } from './problems.js'
+import { StoreWentBack } from './store/sequence.js'
 import { tooLarge } from './body.js'
 import { StoreError, type Store } from './store/types.js'
 import type { StateWatch } from './store/state-loss.js'
@@ -108,7 +109,7 @@ function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler
     c.set('route', route)
     if (guarded) {
       if (watch?.lost) {
-        throw new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })
+        throw stateLost()
       }
     } else {
       const declared = c.env.incoming.headers['content-length']
@@ -165,7 +166,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     const f = c.get('facts')
     if (err instanceof Problem || err instanceof StoreError) {
       // the store cannot answer: fail closed (contract §4), one mapping for every store call
-      const p = err instanceof Problem ? err : storeUnavailable(err)
+      const p = err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err)
       f.outcome = p.outcome
       return p.toResponse(f.requestId, idHeader)
     }

@@ -107,3 +107,10 @@ export function storeUnavailable(e?: StoreError): Problem {
   }
   return new Problem('store-unavailable', 'The gateway cannot reach its store, so it cannot check this request; nothing was forwarded.', {}, { 'retry-after': '1' })
 }
+
+/**
+ * The 503 of a fenced or idempotent request while the store's state is lost (contract §3): the
+ * epoch marker changed, or the store went back in time (src/store/sequence.ts).
+ */
+export const stateLost = (): Problem =>
+  new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })

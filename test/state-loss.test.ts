@@ -10,14 +10,17 @@ import { startTestGateway, gatewayConfig, type RouteSpec, type StoreInput, type 
 import { runCli } from './helpers/run.js'
 import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
 import { until } from './helpers/wait.js'
+import { PG_URL, dropPostgresSchema } from './helpers/stores.js'
+import pg from 'pg'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 let up: Upstream
 let redis: Redis
+const pgAdmin = new pg.Pool({ connectionString: PG_URL, max: 1 })
 const gateways: TestGateway[] = []
 beforeAll(async () => { up = await startUpstream(); redis = new Redis(REDIS_URL) })
 afterEach(async () => { for (const g of gateways.splice(0)) await g.close() })
-afterAll(async () => { await up?.close(); redis?.disconnect() })
+afterAll(async () => { await up?.close(); redis?.disconnect(); await pgAdmin.end() })
 
 const ledger = (): RouteSpec => ({ name: 'ledger', path: '/ledger/:res', upstream: up.url })
 const fenced = (): RouteSpec => ({ ...ledger(), fencing: { resource: '{param.res}' } })
@@ -88,4 +91,61 @@ describe('store state loss', () => {
     await readyz(gw, 503)
     expectProblem(await post(`${gw.url}/ledger/c`, {}, { 'fencing-token': '6' }), { status: 503, type: 'store-state-lost' })
   })
+
+  // Acknowledged writes lost while the epoch stayed: what a failover to a lagging replica, or a
+  // restore of an older backup, leaves. The gateway that saw the writes notices at its next write
+  // (the write sequence, src/store/sequence.ts); it retires the epoch so the others follow.
+  const partial: [string, (id: string) => StoreInput, (id: string) => Promise<void>, (id: string) => Promise<void>][] = [
+    ['redis', (id) => ({ kind: 'redis', url: REDIS_URL, keyPrefix: id }),
+      async (id) => {
+        await redis.set(`{fg:${id}:f:a}`, '5')
+        await redis.decr(`{fg:${id}:seq}`)
+      },
+      async (id) => { await wipe(id) }],
+    ['postgres', (id) => ({ kind: 'postgres', url: PG_URL, schema: id }),
+      async (id) => {
+        await pgAdmin.query(`UPDATE "${id}".fg_fences_v1 SET highest = 5 WHERE resource = 'a'`)
+        await pgAdmin.query(`UPDATE "${id}".fg_seq_v1 SET n = n - 1`)
+      },
+      async (id) => { await dropPostgresSchema(id) }],
+  ]
+  for (const [kind, storeOf, rollBack, drop] of partial) {
+    test(`${kind} went back in time (the last write lost, the epoch kept): 503 store-state-lost on every gateway, nothing forwarded, until accept-loss`, async () => {
+      const id = `fg_back_${process.pid}_${Date.now()}`
+      const store = storeOf(id)
+      const a = await startTestGateway({ store, routes: [fenced()] })
+      gateways.push(a)
+      const b = await startTestGateway({ store, routes: [fenced()] })
+      gateways.push(b)
+      try {
+        expect((await post(`${a.url}/ledger/a`, {}, { 'fencing-token': '5' })).status).toBe(201)
+        expect((await post(`${a.url}/ledger/a`, {}, { 'fencing-token': '9' })).status).toBe(201)
+        await rollBack(id)
+        const before = up.count('/ledger/a')
+        // token 7 passes a store whose mark fell back to 5: a, which saw 9 accepted, refuses it
+        expectProblem(await post(`${a.url}/ledger/a`, {}, { 'fencing-token': '7' }), { status: 503, type: 'store-state-lost' })
+        expect(up.count('/ledger/a')).toBe(before)
+        expect(a.logs.join('')).toMatch(/store went back in time.*sequence \d+ after \d+ was seen/)
+        // b never saw token 9: it learns of the loss from the epoch a retired
+        await readyz(b, 503)
+        expectProblem(await post(`${b.url}/ledger/a`, {}, { 'fencing-token': '7' }), { status: 503, type: 'store-state-lost' })
+        expect(up.count('/ledger/a')).toBe(before)
+        await readyz(a, 503)
+        for (const gw of [a, b]) expect(metric(await metrics(gw.adminUrl), 'fencegate_store_state_lost', { store: kind })).toBe(1)
+
+        const file = join(a.dir, 'accept.yaml')
+        writeFileSync(file, gatewayConfig({ store, routes: [ledger()] }))
+        const accept = await runCli(['store', 'accept-loss', '--config', file])
+        expect(accept.stderr).toBe('')
+        await readyz(a, 200)
+        await readyz(b, 200)
+        // what the operator accepted: the mark is 5 now
+        expect((await post(`${b.url}/ledger/a`, {}, { 'fencing-token': '7' })).status).toBe(201)
+        expect((await post(`${a.url}/ledger/a`, {}, { 'fencing-token': '8' })).status).toBe(201)
+      } finally {
+        for (const gw of gateways.splice(0)) await gw.close()
+        await drop(id)
+      }
+    })
+  }
 })

@@ -28,7 +28,7 @@ function storeSentences(store: Config['store'], out: Claim): void {
       out.assumptions.push('Every gateway process enforcing this route runs on the one host that holds the SQLite file and uses that file; a gateway on another host would keep state of its own and let stale tokens and repeated keys through.')
       break
     case 'redis':
-      out.assumptions.push('Redis keeps highest tokens and records only as durably as it is configured to: without persistence (AOF) a Redis restart loses them, and replication is asynchronous, so a failover can lose the writes of the last moments. fencegate detects a store that came back empty through its epoch marker, not a partial loss.')
+      out.assumptions.push(`Redis keeps highest tokens and records only as durably as it is configured to: without persistence (AOF) a Redis restart loses them, and replication is asynchronous, so a failover can lose the writes of the last moments. fencegate detects a store that came back empty through its epoch marker${store.cluster ? '' : ', and a partial loss any running gateway had seen: every write advances a write sequence, and a store below the highest a gateway saw refuses the write before changing anything'}${store.replicas === 0 && !store.cluster ? '; a replica promoted in place of the primary counts as a loss too (its replication id)' : ''}. Not detected: a loss of writes no running gateway had seen answered${store.cluster ? ' (on a Redis Cluster no write sequence is kept: a script reaches one slot only)' : ''}.`)
       out.assumptions.push('Every gateway replica enforcing this route uses the same Redis and key prefix.')
       if (store.cluster) out.assumptions.push('The store is a Redis Cluster: a slot whose master is down (until a replica takes over) refuses every request that needs it with 503; a master that comes back without its data is detected through the copies of the epoch marker in every block of slots.')
       if (store.replicas > 0) {
@@ -37,7 +37,8 @@ function storeSentences(store: Config['store'], out: Claim): void {
       }
       break
     case 'postgres':
-      out.assumptions.push('PostgreSQL has committed each highest token and record before the request is forwarded; a failover to an asynchronous standby can lose the last commits, so only synchronous replication (or no failover) keeps that promise through a failover.')
+      out.assumptions.push(`PostgreSQL has committed each highest token and record before the request is forwarded; a failover to an asynchronous standby can lose the last commits, so only synchronous replication (or no failover) keeps that promise through a failover.${store.replicas > 0 ? ` Commits wait for ${store.replicas} synchronous standby${store.replicas === 1 ? '' : 's'} (store.replicas): while fewer are configured, fenced and idempotent requests are refused with 503.` : ''}`)
+      out.assumptions.push(`fencegate detects a partial loss any running gateway had seen: every write advances a write sequence in the same transaction, and a database below the highest a gateway saw refuses the write before changing anything${store.replicas === 0 ? '; a promotion (a new timeline) counts as a loss too, since store.replicas is 0' : ''}; either is state loss (503 store-state-lost on every gateway until accept-loss). Not detected: a loss of commits no running gateway had seen answered${store.replicas > 0 ? ', when a promoted standby was not synchronous after all' : ''}.`)
       out.assumptions.push('Every gateway replica enforcing this route uses the same PostgreSQL database and schema.')
       break
   }

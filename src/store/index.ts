@@ -10,30 +10,33 @@ import { MemoryStore } from './memory.js'
 import { SqliteStore } from './sqlite/index.js'
 import { RedisStore } from './redis/index.js'
 import { PostgresStore, migratePostgres } from './postgres/index.js'
+import type { WriteSequence } from './sequence.js'
 import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from './types.js'
 
 export { StoreError, type Store } from './types.js'
 
 /**
- * Opens the store the config names.
+ * Opens the store the config names. `sequence`: the write sequence the store follows (a gateway
+ * keeps one across the attempts of ./late.ts); default a new one.
  * @throws StoreError when it cannot be opened (the message says why)
  */
-export async function openStore(config: Config['store'], audit: { retention?: number } = {}): Promise<Store> {
+export async function openStore(config: Config['store'], audit: { retention?: number } = {}, sequence?: WriteSequence): Promise<Store> {
   const auditRetentionMs = audit.retention
   switch (config.kind) {
     case 'memory':
       return new MemoryStore({
         maxResources: config.maxResources, maxRecords: config.maxRecords, auditCapacity: config.maxAttempts, auditRetentionMs,
-        evictRecords: config.acceptRisks.includes('maxRecords'), evictAttempts: config.acceptRisks.includes('maxAttempts'),
+        evictRecords: config.acceptRisks.includes('maxRecords'), evictAttempts: config.acceptRisks.includes('maxAttempts'), sequence,
       })
     case 'sqlite':
-      return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs })
+      return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs, sequence })
     case 'redis':
       return RedisStore.open({
         url: config.url!, cluster: config.cluster, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs,
         replicas: config.replicas, replicasTimeoutMs: config.replicasTimeout ?? Math.max(1, Math.floor(config.timeout / 4)),
         // what a cluster client may leave running after the gateway gave up on a call
         commandTimeoutMs: 2 * config.timeout,
+        sequence,
       })
     case 'postgres':
       return PostgresStore.open({
@@ -44,6 +47,8 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
         pool: config.pool,
         statementTimeoutMs: config.statementTimeout,
         connectTimeoutMs: config.timeout,
+        sequence,
+        replicas: config.replicas,
       })
   }
 }
@@ -141,6 +146,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   return {
     kind,
     inProcess: inner.inProcess,
+    sequence: inner.sequence,
+    retireEpoch: inner.retireEpoch ? () => call('retire_epoch', () => inner.retireEpoch!()) : undefined,
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),

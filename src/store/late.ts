@@ -14,12 +14,15 @@ import type { Config } from '../config/schema.js'
 import type { Logger } from '../log.js'
 import { openStore } from './index.js'
 import { StoreError, type Store } from './types.js'
+import { WriteSequence } from './sequence.js'
 
 export interface LateOptions {
   /** first pause between attempts, ms (default 250); doubled after each failure */
   minDelayMs?: number
   /** longest pause between attempts, ms (default 5000) */
   maxDelayMs?: number
+  /** the write sequence `open` gives the store; answered as the stand-in's own */
+  sequence?: WriteSequence
 }
 
 /** The store behind `openForGateway`; `connected` resolves once the real store has opened. */
@@ -33,12 +36,14 @@ export interface OpenedStore {
  * @throws StoreError when a memory or sqlite store cannot be opened (a config mistake)
  */
 export async function openForGateway(config: Config, log: Logger, options: LateOptions = {}): Promise<OpenedStore> {
-  const open = () => openStore(config.store, config.audit)
+  // one write sequence across the attempts, so the state watch can follow it from the start
+  const sequence = new WriteSequence()
+  const open = () => openStore(config.store, config.audit, sequence)
   if (config.store.kind === 'memory' || config.store.kind === 'sqlite') return { store: await open(), connected: Promise.resolve() }
   try {
     return { store: await open(), connected: Promise.resolve() }
   } catch (e) {
-    return lateStore(config.store.kind, open, log, e as Error, options)
+    return lateStore(config.store.kind, open, log, e as Error, { ...options, sequence })
   }
 }
 
@@ -97,6 +102,7 @@ export function lateStore(kind: Store['kind'], open: () => Promise<Store>, log: 
     get(_t, prop) {
       if (prop === 'kind') return kind
       if (prop === 'inProcess') return false
+      if (prop === 'sequence') return options.sequence ?? inner?.sequence
       if (prop === 'audit') return audit
       if (prop === 'close') {
         return async () => {

@@ -17,6 +17,7 @@ import { MemoryAuditLog } from './attempt-log/memory.js'
 import type { OlderWrites, Registration } from './types.js'
 import { olderOf, type Registered } from './registrations.js'
 import { RecordTable } from './memory-records.js'
+import { WriteSequence } from './sequence.js'
 
 export interface MemoryStoreOptions {
   /** most resources with a high-water mark; default 1,000,000 */
@@ -31,6 +32,8 @@ export interface MemoryStoreOptions {
   auditCapacity?: number
   /** `store.acceptRisks: [maxAttempts]`: a full attempt log drops its oldest entry (counted) instead of refusing the new one */
   evictAttempts?: boolean
+  /** the write sequence to follow; default a new one */
+  sequence?: WriteSequence
 }
 
 /** How full the memory store is, and how fast it fills (`fencegate doctor`). */
@@ -73,6 +76,7 @@ export class MemoryStore implements Store {
     this.#evictRecords = options.evictRecords ?? false
     this.#records = new RecordTable({ max: maxRecords, evict: this.#evictRecords, onEvict: (id) => this.#evictionListener?.(parseRecordId(id).route) })
     this.audit = new MemoryAuditLog({ capacity: options.auditCapacity, retentionMs: options.auditRetentionMs, evict: options.evictAttempts })
+    this.sequence = options.sequence ?? new WriteSequence()
   }
 
   /**
@@ -101,8 +105,22 @@ export class MemoryStore implements Store {
     return storeCall('memory', op, this.#closed, async () => fn())
   }
 
+  /** This process's write sequence (./sequence.ts); a process's memory never goes back, but the suite holds every store to the refusal. */
+  readonly sequence: WriteSequence
+  #seq = 0n
+
+  /** `#call` for a write: refused before it changes anything when the sequence is below what was seen, else advances it. */
+  #write<T>(op: string, fn: () => T): Promise<T> {
+    return this.#call(op, () => {
+      if (this.#seq < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${this.#seq} after ${this.sequence.seen} was seen`)
+      const out = fn()
+      this.sequence.saw(++this.#seq)
+      return out
+    })
+  }
+
   fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
-    return this.#call('fence', () => this.#fence(resource, token, now, 'fence'))
+    return this.#write('fence', () => this.#fence(resource, token, now, 'fence'))
   }
 
   /** @throws StoreError naming `op` when a new resource would pass maxResources */
@@ -127,7 +145,7 @@ export class MemoryStore implements Store {
    * stands: a raised mark stays raised, as a lone `fence` would have left it (src/store/types.ts).
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-    return this.#call('admit', () => {
+    return this.#write('admit', () => {
       const result = this.#fence(fence.resource, fence.token, now, 'admit')
       if (!result.accepted) return { fence: result }
       return { fence: result, claim: this.#claim(key, req, now, 'admit') }
@@ -146,7 +164,7 @@ export class MemoryStore implements Store {
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#call('claim', () => this.#claim(key, req, now, 'claim'))
+    return this.#write('claim', () => this.#claim(key, req, now, 'claim'))
   }
 
   #claim(key: RecordKey, req: ClaimRequest, now: number, op: string): ClaimResult {
@@ -158,7 +176,7 @@ export class MemoryStore implements Store {
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#call('finish', () => {
+    return this.#write('finish', () => {
       const id = recordId(key)
       const next = decideFinish(this.#records.heldRecord(id), claimId, done, ttlMs, now)
       if (next) this.#records.put(id, next, now, 'finish')
@@ -175,14 +193,14 @@ export class MemoryStore implements Store {
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#call('release', () => {
+    return this.#write('release', () => {
       const id = recordId(key)
       if (mayRelease(this.#records.heldRecord(id), claimId)) this.#records.delete(id)
     })
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#call('resolve', () => {
+    return this.#write('resolve', () => {
       const id = recordId(key)
       const { result, write } = decideResolve(this.#records.get(id), as, ttlMs, now)
       if (write === null) this.#records.delete(id)
@@ -215,7 +233,7 @@ export class MemoryStore implements Store {
 
   /** One synchronous section: nothing runs between reading the mark and registering. */
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
-    return this.#call('register', (): Registration => {
+    return this.#write('register', (): Registration => {
       const highest = this.#fences.get(resource)
       if (highest !== undefined && token < highest) return { registered: false, highest }
       if (now - this.#swept >= 60_000) {
@@ -241,7 +259,7 @@ export class MemoryStore implements Store {
   }
 
   unregister(resource: string, id: string, until = 0): Promise<void> {
-    return this.#call('unregister', () => {
+    return this.#write('unregister', () => {
       const writes = this.#registrations.get(resource)
       const w = writes?.get(id)
       if (!w) return

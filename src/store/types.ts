@@ -31,6 +31,7 @@
 
 import type { AuditLog } from './attempt-log/types.js'
 import type { UnknownReason } from '../outcomes.js'
+import type { WriteSequence } from './sequence.js'
 
 /** Store kinds from the config (contract §2); also the `store` label in metrics. */
 export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
@@ -324,6 +325,22 @@ export interface Store {
    * @returns the accepted epoch
    */
   acceptLoss(): Promise<string>
+  /**
+   * The write sequence (./sequence.ts): every write of the request path — fence, claim, admit,
+   * finish, release, resolve, register, unregister — advances the store's sequence in the same
+   * script, function or transaction and answers it; this gateway's highest is handed to each, and
+   * a store below it refuses before changing anything (StoreWentBack). Not on a Redis Cluster (a
+   * script reaches one slot only): there the epoch's copies and the replication ids stand alone.
+   * The suite checks the refusal and that it changed nothing.
+   */
+  readonly sequence?: WriteSequence
+  /**
+   * A gateway that saw the store go back in time writes a new epoch, so that every gateway
+   * sharing the store sees the loss through the epoch marker (./state-loss.ts), until an operator
+   * accepts it. Not on the memory store (nothing shares it). Not checked by the suite;
+   * test/state-loss.test.ts and test/production/ check it.
+   */
+  retireEpoch?(): Promise<void>
   /**
    * Answers when the store can serve requests; rejects with StoreError when not. The suite checks
    * an open store and a closed one; a store that is down, test/store-faults.test.ts.

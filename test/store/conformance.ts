@@ -17,6 +17,7 @@ import { afterEach, describe, expect, test } from 'vitest'
 import type { AuditEntry } from '../../src/store/attempt-log/types.js'
 import { randomUUID } from 'node:crypto'
 import type { Registration } from '../../src/store/types.js'
+import { StoreWentBack } from '../../src/store/sequence.js'
 import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
@@ -39,6 +40,8 @@ export interface ConformanceOptions {
    * default record key), so a fault on that one record is enough.
    */
   failClaims?: (store: Store) => Promise<() => Promise<void>>
+  /** the store keeps no write sequence (a Redis Cluster: a script reaches one slot only) */
+  unsequenced?: true
 }
 
 /** A fixed epoch-ms start for every test's clock. */
@@ -888,6 +891,45 @@ export function describeStoreConformance(
         expect((await s.markers()).epoch).toBe(epoch)
       })
     })
+
+    if (!options.unsequenced) {
+      describe('write sequence (a store that went back in time)', () => {
+        test('every write advances it; a store handed a sequence above its own refuses every write and changes nothing', async () => {
+          const s = await open()
+          const seq = s.sequence!
+          await s.fence('res/seq', 5n, T0)
+          const first = seq.seen
+          expect(first).toBeGreaterThan(0n)
+          await s.claim(key('seq-0'), req('s0'), T0)
+          expect(seq.seen).toBe(first + 1n)
+          // as after a failover to a replica that lacked the last 1000 writes
+          seq.saw(first + 1000n)
+          const writes: [string, () => Promise<unknown>][] = [
+            ['fence', () => s.fence('res/seq', 9n, T0 + 1)],
+            ['admit', () => s.admit({ resource: 'res/seq', token: 9n }, key('seq-1'), req('s1'), T0 + 1)],
+            ['claim', () => s.claim(key('seq-1'), req('s1'), T0 + 1)],
+            ['finish', () => s.finish(key('seq-0'), 's0', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)],
+            ['release', () => s.release(key('seq-0'), 's0')],
+            ['resolve', () => s.resolve(key('seq-0'), 'failed', 60_000, T0 + 20_000)],
+            ['register', () => s.register('res/seq', 9n, 'w1', T0 + 60_000, T0 + 1)],
+          ]
+          for (const [op, write] of writes) {
+            const e = await write().then(() => undefined, (x: unknown) => x)
+            expect(e, op).toBeInstanceOf(StoreWentBack)
+            expect((e as StoreWentBack).message, op).toMatch(/went back in time \(sequence \d+ after \d+ was seen\)/)
+          }
+          expect(seq.seen).toBe(first + 1000n)
+          // nothing changed: the mark, the claim still in flight under s0, no record for seq-1, no registration
+          expect(await s.mark('res/seq')).toEqual({ highest: 5n, since: T0 })
+          seq.reset()
+          expect(await s.claim(key('seq-0'), req('other'), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+          expect(await s.claim(key('seq-1'), req('s2'), T0 + 2)).toEqual({ kind: 'claimed' })
+          expect(await s.olderRegistered('res/seq', 10n, T0 + 2)).toEqual({ until: 0 })
+          // and the refused writes did not advance the store's sequence
+          expect(seq.seen).toBe(first + 3n)
+        })
+      })
+    }
 
     describe('registrations (fencing.serialize: store)', () => {
       // a resource of its own per call: the registrations table is not emptied between tests everywhere

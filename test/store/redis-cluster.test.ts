@@ -79,6 +79,7 @@ let prefix = ''
 describeStoreConformance('redis-cluster', async () => openAs(prefix = `${run}-${n++}`), {
   makeSecond: async () => openAs(prefix, {}, false),
   failClaims: (s) => failClaimsOf(storeUser.get(s)!),
+  unsequenced: true,
 })
 
 // WAIT on every write: the writes go to their slot's master's own connection (#onMaster)
@@ -86,6 +87,7 @@ const waiting = { replicas: 1, replicasTimeoutMs: 3000 }
 describeStoreConformance('redis-cluster, replicas: 1', async () => openAs(prefix = `${run}-${n++}`, waiting), {
   makeSecond: async () => openAs(prefix, waiting, false),
   failClaims: (s) => failClaimsOf(storeUser.get(s)!),
+  unsequenced: true,
 })
 
 /** Which master (port) serves which slot now, read once. */

@@ -91,7 +91,11 @@ describe('RedisStore', () => {
         `{fg:${p}:f:account%3A%7B42%7D}`,
         `{fg:${p}:f:account%3A%7B42%7D}s`,
         `{fg:${p}:r:payments:${'a'.repeat(64)}:k%3A1}`,
+        `{fg:${p}:seq}`,
       ])
+      // the write sequence: one step per script
+      expect(await admin.get(keys[4])).toBe('2')
+      expect(await admin.pttl(keys[4])).toBe(-1)
       expect(await admin.get(keys[1])).toBe('7')
       expect(await admin.pttl(keys[1])).toBe(-1)
       // when the mark was first accepted, tagged with the mark it belongs to; in the mark's slot

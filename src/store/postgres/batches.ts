@@ -4,6 +4,8 @@
  * one round trip and one transaction for all of them — whose rows answer each call as its
  * single-call form would (./sql.ts). Rows are decoded by ../replies.ts, shared with Redis.
  *
+ * Every batch runs with the write sequence around it (./sequence.ts).
+ *
  * When the server refuses a batch (one call it cannot store: the whole statement rolled back),
  * each call is made again alone, so only the calls that fail on their own fail.
  */
@@ -13,6 +15,7 @@ import { claimResult, fenceResult, type ClaimFields, type FenceFields } from '..
 import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration } from '../types.js'
 import { refusedAndRolledBack } from './errors.js'
 import type { Named, Queries } from './sql.js'
+import type { SequencedQuery } from './sequence.js'
 
 export interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
 export interface FenceCall extends FenceRequest { now: number }
@@ -62,12 +65,12 @@ const registration = (r: RegisterRow): Registration => !r.o_registered
  * The batchers of one store on `pool`. At most a quarter of the pool's connections run batches
  * of one operation at once: the attempt log and the markers need connections too.
  */
-export function groupCommit(pool: pg.Pool, q: Queries): GroupCommit {
+export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): GroupCommit {
   const options: BatchOptions = { maxInFlight: Math.max(1, Math.floor((pool.options.max ?? 10) / 4)), isolate: refusedAndRolledBack }
 
   /** Runs a batch function whose rows carry `o_i`, the 1-based index of the call they answer. */
   async function many<R, O>(n: number, query: Named, values: unknown[], map: (row: R) => O): Promise<O[]> {
-    const { rows } = await pool.query<R & { o_i: number }>({ ...query, values })
+    const { rows } = await write<R & { o_i: number }>(query, values)
     const out = new Array<O>(n)
     for (const r of rows) out[r.o_i - 1] = map(r)
     if (rows.length !== n) throw new Error(`batch of ${n} answered ${rows.length} rows`)
@@ -109,7 +112,7 @@ export function groupCommit(pool: pg.Pool, q: Queries): GroupCommit {
       ]
       row.forEach((v, i) => cols[i].push(v))
     }
-    await pool.query({ ...q.settleMany, values: cols })
+    await write(q.settleMany, cols)
     return calls.map(() => undefined)
   }, options)
 
@@ -118,7 +121,7 @@ export function groupCommit(pool: pg.Pool, q: Queries): GroupCommit {
     registration), options)
 
   const unregister = batcher(async (calls: readonly UnregisterCall[]) => {
-    await pool.query({ ...q.unregisterMany, values: [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.until)] })
+    await write(q.unregisterMany, [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.until)])
     return calls.map(() => undefined)
   }, options)
 

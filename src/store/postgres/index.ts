@@ -36,6 +36,8 @@ import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
 import { migratePostgres, quoted } from './migrate.js'
 import { queries, type Named, type Queries } from './sql.js'
+import { sequencedQuery, currentTimelineSql, Timeline, type SequencedQuery } from './sequence.js'
+import { WriteSequence } from '../sequence.js'
 
 export { migratePostgres }
 
@@ -54,6 +56,10 @@ export interface PostgresStoreOptions {
   reapIntervalMs?: number
   /** attempt log entries older than this are deleted by the reaper, ms; default 7 days */
   auditRetentionMs?: number
+  /** the write sequence to follow (../sequence.ts); default a new one */
+  sequence?: WriteSequence
+  /** synchronous standbys required (store.replicas); 0 (default): a new timeline counts as state loss */
+  replicas?: number
 }
 
 /** A pool that never lets a dropped connection crash the process. */
@@ -77,9 +83,13 @@ function createPool(o: Required<Pick<PostgresStoreOptions, 'url' | 'pool' | 'sta
 export class PostgresStore implements Store {
   readonly kind = 'postgres' as const
   readonly #pool: pg.Pool
+  /** the schema, quoted */
+  readonly #schema: string
   /** the statements, for this store's schema */
   readonly #q: Queries
   readonly #batches: GroupCommit
+  /** a write statement with the sequence around it */
+  readonly #write: SequencedQuery
   readonly #reaper?: NodeJS.Timeout
   readonly #auditRetentionMs: number
   #closed = false
@@ -87,6 +97,10 @@ export class PostgresStore implements Store {
   readonly audit: AuditLog
   /** the value written when the schema was first created */
   epoch = ''
+  /** this process's write sequence (./sequence.ts) */
+  readonly sequence: WriteSequence
+  /** the timeline followed (./sequence.ts) */
+  readonly #timeline: Timeline
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
   constructor(options: PostgresStoreOptions) {
@@ -95,9 +109,13 @@ export class PostgresStore implements Store {
     if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) throw new TypeError('options.url must be a postgres:// or postgresql:// URL')
     if (!Number.isInteger(pool) || pool < 1) throw new TypeError('options.pool must be a positive integer')
     if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw new TypeError('options.statementTimeoutMs must be a positive integer')
-    this.#q = queries(quoted(schema))
+    this.#schema = quoted(schema)
+    this.#q = queries(this.#schema)
     this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
-    this.#batches = groupCommit(this.#pool, this.#q)
+    this.sequence = options.sequence ?? new WriteSequence()
+    this.#timeline = new Timeline((options.replicas ?? 0) === 0, this.sequence)
+    this.#write = sequencedQuery(this.#pool, quoted(schema), this.sequence, this.#timeline)
+    this.#batches = groupCommit(this.#pool, this.#q, this.#write)
     this.audit = {
       append: (batch) => this.#auditAppend(batch),
       query: (since, until, route) => this.#auditQuery(since, until, route),
@@ -133,8 +151,10 @@ export class PostgresStore implements Store {
     try {
       const { rows } = await store.#pool.query(q.epochRead)
       store.epoch = rows[0]?.value ?? ''
+      store.#timeline.known ??= await store.#readTimeline().catch(() => undefined)
       const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public'])
-      if (!fns[0].ok) {
+      const { rows: seq } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(options.schema ?? 'public')}.fg_seq_v1`])
+      if (!fns[0].ok || !seq[0].ok) {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
       }
@@ -149,8 +169,23 @@ export class PostgresStore implements Store {
     return store
   }
 
+  /** The server's current timeline; rejects on a standby (no WAL of its own). */
+  async #readTimeline(): Promise<string> {
+    const { rows } = await this.#pool.query<{ tl: string }>(currentTimelineSql)
+    return rows[0].tl
+  }
+
+  /** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
+  retireEpoch(): Promise<void> {
+    return this.#run('retire_epoch', async () => {
+      await this.#pool.query(`UPDATE ${this.#schema}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`, [randomUUID()])
+    })
+  }
+
+  /** Also looks at the timeline: a new one without store.replicas is reported (StoreWentBack). */
   async markers(): Promise<StateMarkers> {
     return this.#run('markers', async () => {
+      this.#timeline.observe(await this.#readTimeline(), 'markers')
       const { rows } = await this.#pool.query(this.#q.markers)
       const get = (n: string) => rows.find((r) => r.name === n)?.value as string | undefined
       return { epoch: get('epoch'), accepted: get('accepted') }
@@ -232,10 +267,7 @@ export class PostgresStore implements Store {
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', async () => {
-      const { rows } = await this.#pool.query<{ o_kind: string; o_reason: string | null; o_state: string | null }>({
-        ...this.#q.resolve,
-        values: [key.route, key.scope, key.key, as, now, now + ttlMs],
-      })
+      const { rows } = await this.#write<{ o_kind: string; o_reason: string | null; o_state: string | null }>(this.#q.resolve, [key.route, key.scope, key.key, as, now, now + ttlMs])
       const r = rows[0]
       return resolveResult(r.o_kind, r.o_kind === 'refused' ? r.o_state : r.o_reason)
     })

@@ -6,6 +6,7 @@ import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { StoreError } from '../types.js'
 import { migrateSql, queries, registrationsSchemaSql, schemaSql } from './sql.js'
+import { sequenceSchemaSql } from './sequence.js'
 
 const IDENT = /^[a-z_][a-z0-9_]{0,62}$/
 
@@ -41,6 +42,7 @@ export async function migratePostgres(options: { url: string; schema?: string; c
     if (!exists.rowCount) await client.query(migrateSql.createSchema(s))
     await client.query(schemaSql(s))
     await client.query(registrationsSchemaSql(s))
+    await client.query(sequenceSchemaSql(s))
     await client.query(q.epochWrite, [randomUUID()])
     const { rows } = await client.query(q.epochRead)
     await client.query('COMMIT')

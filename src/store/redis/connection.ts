@@ -18,11 +18,10 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { SLOTS, keySlot } from './keys.js'
-import { SCRIPTS, type Script } from './scripts.js'
+import { SCRIPTS, SEQUENCED, type Script } from './scripts.js'
 
 /** The scripts the store calls as ioredis commands by name (defineCommand: EVALSHA, EVAL again on NOSCRIPT); the others go through `Writer`. */
 interface ScriptCommands {
-  fgRenew(key: string, claimId: string, leaseUntil: string): Promise<number>
   fgAudit(key: string, minId: string, ...entries: string[]): Promise<number>
 }
 
@@ -95,7 +94,8 @@ export function createClient(o: ClientOptions): Conn {
       reconnectOnError: (e: Error) => e.message.startsWith('READONLY'),
     }) as Redis & ScriptCommands
   }
-  for (const s of Object.values(SCRIPTS)) conn.defineCommand(s.name, { numberOfKeys: s.keys, lua: s.lua })
+  // one server: every script with the write sequence around it (./scripts.ts SEQUENCED)
+  for (const s of Object.values(o.cluster ? SCRIPTS : SEQUENCED)) conn.defineCommand(s.name, { numberOfKeys: s.keys, lua: s.lua })
   return conn
 }
 

@@ -34,6 +34,8 @@ import { streamLog } from './attempt-log.js'
 import { createClient, masters, type Conn } from './connection.js'
 import { KeyNames } from './keys.js'
 import { ReplicaShortfall, Writer } from './replicas.js'
+import { WriteSequence } from '../sequence.js'
+import { ReplicationHistory, replicationIds } from './history.js'
 import { SCRIPTS, claimArgs, claimOf, fenceOf, type AdmitReply, type ClaimReply, type FenceReply } from './scripts.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
@@ -56,6 +58,8 @@ export interface RedisStoreOptions {
   replicas?: number
   /** WAIT's timeout, ms; default 250 */
   replicasTimeoutMs?: number
+  /** the write sequence to follow (../sequence.ts); default a new one */
+  sequence?: WriteSequence
   /**
    * cluster: a command not answered after this long (redirections and retries included) is
    * given up by the client, ms; default 2000. The gateway's `store.timeout` answers the request
@@ -78,6 +82,12 @@ export class RedisStore implements Store {
   readonly audit: AuditLog
   /** the value written when this key prefix was first used (see `open`) */
   epoch = ''
+  /** this process's write sequence (../sequence.ts); none on a cluster (a script reaches one slot only) */
+  readonly sequence?: WriteSequence
+  /** one server: the primary followed (./history.ts) */
+  readonly #history: ReplicationHistory
+  /** the check after a reconnection, which every call waits for */
+  #verifying?: Promise<void>
 
   /**
    * Use `RedisStore.open`, which also waits for the first connection.
@@ -97,11 +107,22 @@ export class RedisStore implements Store {
     this.#replicas = replicas
     this.#keys = new KeyNames(keyPrefix, cluster)
     this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs })
-    this.#writer = new Writer(this.#redis, { cluster, replicas, replicasTimeoutMs: Math.max(1, Math.round(replicasTimeoutMs)), commandTimeoutMs })
+    const sequence = options.sequence ?? new WriteSequence()
+    if (!cluster) this.sequence = sequence
+    this.#writer = new Writer(this.#redis, {
+      cluster, replicas, replicasTimeoutMs: Math.max(1, Math.round(replicasTimeoutMs)), commandTimeoutMs,
+      sequence: cluster ? undefined : { key: this.#keys.seq, seen: sequence },
+    })
+    this.#history = new ReplicationHistory(replicas === 0, sequence)
     // Without a listener ioredis prints every connection error; remember the last for ping().
     this.#redis.on('error', (e: Error) => { this.#lastError = e })
     this.#redis.on('node error', (e: Error) => { this.#lastError = e })
-    this.#redis.on('ready', () => { this.#lastError = undefined })
+    this.#redis.on('ready', () => {
+      this.#lastError = undefined
+      // reconnected (a failover, followed through Sentinel or by a restart): before anything else
+      // runs, make sure this is the primary the gateway knew, or one that may lack nothing
+      if (!cluster && this.epoch) this.#verifying ??= this.#checkHistory('reconnect').finally(() => { this.#verifying = undefined })
+    })
     this.audit = streamLog(this.#redis, this.#keys.audit, auditRetentionMs, (op, fn) => this.#run(op, fn))
   }
 
@@ -128,6 +149,7 @@ export class RedisStore implements Store {
         // a cluster node spoken to as one server would answer MOVED for most keys
         const info = await r.info('cluster').catch(() => '')
         if (/^cluster_enabled:1/m.test(info)) throw new Error('it is a Redis Cluster node: set store.cluster: true (and list seed nodes in store.url)')
+        store.#history.observe(await replicationIds(r).catch(() => undefined), 'open')
       }
       await r.set(keys.epoch, randomUUID(), 'NX')
       store.epoch = (await r.get(keys.epoch)) ?? ''
@@ -154,6 +176,7 @@ export class RedisStore implements Store {
     return this.#run('markers', async () => {
       const keys = this.#keys
       if (!this.cluster) {
+        await this.#checkHistory('markers')
         const [epoch, accepted] = await this.#redis.mget(keys.epoch, keys.accepted)
         return { epoch: epoch ?? undefined, accepted: accepted ?? undefined }
       }
@@ -189,9 +212,24 @@ export class RedisStore implements Store {
     })
   }
 
-  /** Refuses after `close`; wraps what Redis threw as StoreError, "not connected (…)" while the client is not ready. */
+  /** One server: the replication ids now, against the primary known (./history.ts). @throws StoreWentBack */
+  async #checkHistory(op: string): Promise<void> {
+    this.#history.observe(await replicationIds(this.#redis), op)
+  }
+
+  /** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
+  retireEpoch(): Promise<void> {
+    return this.#run('retire_epoch', async () => { await this.#redis.set(this.#keys.epoch, randomUUID()) })
+  }
+
+  /**
+   * Refuses after `close`; waits for the check after a reconnection; wraps what Redis threw as
+   * StoreError, "not connected (…)" while the client is not ready.
+   */
   #run<T>(op: string, fn: () => Promise<T>): Promise<T> {
-    return storeCall('redis', op, this.#closed, fn,
+    const verifying = this.#verifying
+    const run = verifying ? () => verifying.then(fn) : fn
+    return storeCall('redis', op, this.#closed, run,
       () => (this.#redis.status === 'ready' ? undefined : `not connected (${this.#lastError?.message ?? this.#redis.status})`))
   }
 
@@ -309,7 +347,7 @@ export class RedisStore implements Store {
 
   /** No WAIT: a renewal lost in a failover only ends the lease sooner (an unknown outcome, reason crash). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', async () => (await this.#redis.fgRenew(this.#keys.record(key), claimId, String(now + leaseMs))) === 1)
+    return this.#run('renew', async () => Number(await this.#writer.call<number>(SCRIPTS.fgRenew, [this.#keys.record(key)], [claimId, String(now + leaseMs)], false, 'renew')) === 1)
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {

@@ -16,6 +16,8 @@
  *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
  *   {fg:<prefix>:accepted}                   string: the epoch an operator accepted after a loss
+ *   {fg:<prefix>:seq}                        string: the write sequence (../sequence.ts), advanced by
+ *                                            every script but the attempt log's (one server only)
  *   {fg:<prefix>:audit}                      stream: the attempt log (one server)
  * and on a cluster only:
  *   {fg:<prefix>:m:<n>}  × 256               string: the epoch again, one copy in each block of
@@ -98,6 +100,8 @@ export class KeyNames {
   readonly #base: string
   readonly epoch: string
   readonly accepted: string
+  /** the write sequence (one server) */
+  readonly seq: string
   /** cluster: the epoch's copies, one per block of slots; one server: none */
   readonly markers: string[]
   /** the attempt log's streams: one, or one per block of slots on a cluster */
@@ -107,6 +111,7 @@ export class KeyNames {
     this.#base = `fg:${part(keyPrefix)}`
     this.epoch = this.#key('epoch')
     this.accepted = this.#key('accepted')
+    this.seq = this.#key('seq')
     this.markers = cluster ? keysPerBlock(`${this.#base}:m:`, MARKERS) : []
     this.audit = cluster ? keysPerBlock(`${this.#base}:audit:`, AUDIT_STREAMS) : [this.#key('audit')]
   }

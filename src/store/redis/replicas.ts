@@ -14,7 +14,8 @@
 import { Redis, type Cluster } from 'ioredis'
 import { StoreError } from '../types.js'
 import { callScript, onMaster, type Conn } from './connection.js'
-import type { Script } from './scripts.js'
+import type { Script, SequencedReply } from './scripts.js'
+import type { WriteSequence } from '../sequence.js'
 
 /** Fewer replicas than asked acknowledged a write in time (or the connection failed under the WAIT). */
 export class ReplicaShortfall extends StoreError {
@@ -62,6 +63,8 @@ export interface WriterOptions {
   replicasTimeoutMs: number
   /** cluster: how long `onMaster` keeps trying, ms */
   commandTimeoutMs: number
+  /** one server: the write sequence (../sequence.ts) and its key; every script but the attempt log's carries it */
+  sequence?: { key: string; seen: WriteSequence }
 }
 
 /** Sends scripts: through the client's own routing, or — to WAIT after a write — on a known connection. */
@@ -70,9 +73,25 @@ export class Writer {
   readonly #waiters = new WeakMap<object, Waiter>()
   constructor(private readonly redis: Conn, private readonly o: WriterOptions) {}
 
-  /** A script through the client's own routing; no WAIT. */
-  call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<T> {
-    return callScript<T>(this.redis, s, keys, args, buffer)
+  /**
+   * A script through the client's own routing; no WAIT. On one server with the sequence (see
+   * ./scripts.ts `sequenced`): hands it this gateway's highest, remembers the one answered, and
+   * answers the script's own answer.
+   * @throws StoreWentBack when the store's sequence is below this gateway's highest (nothing was written)
+   */
+  async call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op = s.name): Promise<T> {
+    const q = this.o.sequence
+    if (!q) return callScript<T>(this.redis, s, keys, args, buffer)
+    const seen = q.seen.seen
+    try {
+      const [n, r] = await callScript<SequencedReply<T>>(this.redis, s, [...keys, q.key], [...args, seen > 0n ? seen.toString() : ''], buffer)
+      q.seen.saw(n.toString())
+      return r
+    } catch (e) {
+      const back = /^FGBACK (\d+)/.exec((e as Error).message ?? '')
+      if (back) throw q.seen.wentBack(op, `sequence ${back[1]} after ${seen} was seen`)
+      throw e
+    }
   }
 
   /**
@@ -82,7 +101,7 @@ export class Writer {
    * @throws ReplicaShortfall when fewer replicas acknowledged; `result` is then what the script did
    */
   async write<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, durable: (r: T) => boolean): Promise<T> {
-    if (this.o.replicas === 0) return this.call<T>(s, keys, args, buffer)
+    if (this.o.replicas === 0) return this.call<T>(s, keys, args, buffer, op)
     const { conn, result } = await this.send<T>(s, keys, args, buffer)
     if (durable(result)) await this.acked(op, conn, result)
     return result

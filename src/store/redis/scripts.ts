@@ -249,6 +249,25 @@ return 1
 export interface Script { name: string; lua: string; sha: string; keys: number }
 const script = (name: string, lua: string, keys: number): Script => ({ name, lua, keys, sha: createHash('sha1').update(lua).digest('hex') })
 
+// The write sequence (../sequence.ts), one server only (on a cluster a script reaches one slot):
+// KEYS gets the sequence key last, ARGV the highest sequence the gateway has seen last ('' when
+// none). A store whose sequence is below it answers the error `FGBACK <its sequence>` before the
+// script writes anything; else the script runs on the other keys and arguments, the sequence is
+// advanced, and the answer is {sequence, the script's own answer}.
+const sequenced = (lua: string): string => `
+local seqKey, seen = KEYS[#KEYS], ARGV[#ARGV]
+local cur = tonumber(redis.call('GET', seqKey) or '0')
+if seen ~= '' and cur < tonumber(seen) then return redis.error_reply('FGBACK ' .. cur) end
+local function body(KEYS, ARGV)
+${lua}
+end
+local keys, argv = {}, {}
+for i = 1, #KEYS - 1 do keys[i] = KEYS[i] end
+for i = 1, #ARGV - 1 do argv[i] = ARGV[i] end
+local r = body(keys, argv)
+return {redis.call('INCR', seqKey), r}
+`
+
 /** Every script of the store, by its command name. */
 export const SCRIPTS = {
   fgFence: script('fgFence', FENCE, 2),
@@ -262,6 +281,13 @@ export const SCRIPTS = {
   fgRegister: script('fgRegister', REGISTER, 2),
   fgUnregister: script('fgUnregister', UNREGISTER, 1),
 } as const
+
+/** The scripts of one server: each of SCRIPTS but the attempt log's, under the same name, with the write sequence around it (`sequenced`). */
+export const SEQUENCED: typeof SCRIPTS = Object.fromEntries(Object.entries(SCRIPTS).map(([name, s]) =>
+  [name, name === 'fgAudit' ? s : script(s.name, sequenced(s.lua), s.keys + 1)])) as unknown as typeof SCRIPTS
+
+/** A sequenced script's answer: the store's sequence after it, and the script's own answer. */
+export type SequencedReply<T> = [number | string | Buffer, T]
 
 // ------------------------------------------------------------------ arguments and answers
 

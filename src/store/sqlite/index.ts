@@ -34,6 +34,7 @@ import { busyWhy, isBusy, nextPause, retryWhileBusy, Soon } from './busy.js'
 import { ADDED_COLUMNS, META, REGISTRATIONS_SCHEMA, SCHEMA, addColumn, tableInfo } from './sql.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
+import { WriteSequence } from '../sequence.js'
 import type { AuditLog } from '../attempt-log/types.js'
 
 export interface SqliteStoreOptions {
@@ -51,6 +52,8 @@ export interface SqliteStoreOptions {
   reapIntervalMs?: number
   /** attempt log entries older than this are deleted, ms; default 7 days */
   auditRetentionMs?: number
+  /** the write sequence to follow (../sequence.ts); default a new one */
+  sequence?: WriteSequence
 }
 
 /** One request-path write waiting for the next group commit. */
@@ -68,6 +71,8 @@ export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
   /** false: a call may wait (on timers) for another process's lock, so guardStore races it */
   readonly inProcess = false
+  /** this process's write sequence (../sequence.ts): `seq` in fg_meta_v1, advanced by every write transaction */
+  readonly sequence: WriteSequence
   /** set when the file was first initialised; a different value later means the file was replaced */
   readonly epoch: string
   readonly #path: string
@@ -100,6 +105,7 @@ export class SqliteStore implements Store {
     if (typeof path !== 'string' || !path) throw new TypeError('options.path must be a non-empty string')
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new TypeError('options.busyTimeoutMs must be a non-negative integer')
     this.#busyTimeoutMs = busyTimeoutMs
+    this.sequence = options.sequence ?? new WriteSequence()
     try {
       if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
       this.#db = new Database(path, { timeout: busyTimeoutMs })
@@ -131,6 +137,7 @@ export class SqliteStore implements Store {
     // BEGIN IMMEDIATE: take the write lock before reading, so two processes cannot both read
     // the old state and then both write (and no deadlock upgrading a read lock).
     this.#batchTx = db.transaction((batch: Pending[]) => {
+      this.#advance('write')
       for (const p of batch) {
         try { p.result = { ok: true, value: p.run() } } catch (error) {
           // locked out mid-batch (a rollback journal spilling to the file), or SQLite rolled the
@@ -141,7 +148,10 @@ export class SqliteStore implements Store {
       }
     }).immediate
     this.#pingTx = db.transaction(() => {}).immediate
-    this.#resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number) => this.#ops.resolve(id, as, ttlMs, now)).immediate
+    this.#resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number) => {
+      this.#advance('resolve')
+      return this.#ops.resolve(id, as, ttlMs, now)
+    }).immediate
     this.#acceptLossTx = db.transaction(() => {
       const epoch = (this.#metaGet.get('epoch') as string | undefined) ?? randomUUID()
       this.#metaPut.run('epoch', epoch)
@@ -201,6 +211,7 @@ export class SqliteStore implements Store {
       return
     }
     this.#pause = 0
+    this.sequence.saw(this.#advanced)
     for (const p of batch) {
       const r = p.result!
       if (r.ok) p.resolve(r.value)
@@ -227,6 +238,21 @@ export class SqliteStore implements Store {
     this.#pause = nextPause(this.#pause)
     // the queue is in the order the calls were made: the first one's time runs out first
     this.#soon.schedule(Math.max(0, Math.min(this.#pause, this.#pending[0].queued + this.#busyTimeoutMs - now)))
+  }
+
+  /** the sequence the last transaction wrote; read after its COMMIT */
+  #advanced = 0n
+
+  /**
+   * Inside a write transaction, before its first change: refuses when the file's sequence is
+   * below what this process saw (an older copy of the file put back in place), else advances it.
+   * @throws StoreWentBack, which rolls the transaction back
+   */
+  #advance(op: string): void {
+    const current = BigInt((this.#metaGet.get('seq') as string | undefined) ?? '0')
+    if (current < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${current} after ${this.sequence.seen} was seen`)
+    this.#advanced = current + 1n
+    this.#metaPut.run('seq', String(this.#advanced))
   }
 
   /** Ends a transaction a failed statement left open (better-sqlite3 normally has rolled it back). */
@@ -275,7 +301,16 @@ export class SqliteStore implements Store {
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', () => this.#resolveTx(recordId(key), as, ttlMs, now))
+    return this.#run('resolve', () => {
+      const out = this.#resolveTx(recordId(key), as, ttlMs, now)
+      this.sequence.saw(this.#advanced)
+      return out
+    })
+  }
+
+  /** Writes a new epoch: every process sharing the file sees the loss (./state-loss.ts). */
+  retireEpoch(): Promise<void> {
+    return this.#run('retire_epoch', () => { this.#metaPut.run('epoch', randomUUID()) })
   }
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
