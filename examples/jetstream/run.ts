@@ -49,6 +49,9 @@ export async function createStream(nc: NatsConnection, run: string, ackWaitMs: n
   await jsm.consumers.add(n.stream, { durable_name: n.consumer, ack_policy: AckPolicy.Explicit, ack_wait: nanos(ackWaitMs), max_deliver: -1 })
 }
 
+/** what a Ctrl-C has to remove besides the child processes */
+let onSignal = async () => {}
+
 export async function runJetStream(options: JetStreamRunOptions = {}): Promise<BrokerRunResult> {
   const natsUrl = options.natsUrl ?? process.env.NATS_URL ?? '127.0.0.1:4222'
   const ackWaitMs = options.ackWaitMs ?? 2000
@@ -57,6 +60,13 @@ export async function runJetStream(options: JetStreamRunOptions = {}): Promise<B
   const n = narrator(options.out === undefined ? process.stdout : options.out, r)
   const { stream, subject, consumer } = names(run)
   let nc: NatsConnection | undefined
+  const dropStream = async () => {
+    if (!nc) return
+    await (await jetstreamManager(nc)).streams.delete(stream).catch(() => {})
+    await nc.close()
+    nc = undefined
+  }
+  onSignal = async () => { await dropStream(); rmSync(r.dir, { recursive: true, force: true }) }
   try {
     n.say(`fencegate JetStream example: real processes, NATS ${natsUrl}, temp folder ${r.dir}`)
     const s = await startServices(r)
@@ -137,10 +147,7 @@ export async function runJetStream(options: JetStreamRunOptions = {}): Promise<B
     n.say(`ERROR: ${(e as Error).message}`)
   } finally {
     await stopChildren()
-    if (nc) {
-      await (await jetstreamManager(nc)).streams.delete(stream).catch(() => {})
-      await nc.close()
-    }
+    await dropStream()
     rmSync(r.dir, { recursive: true, force: true })
   }
   r.ok = r.failures.length === 0
@@ -152,7 +159,7 @@ export async function runJetStream(options: JetStreamRunOptions = {}): Promise<B
 }
 
 if (isMain(import.meta.url)) {
-  killChildrenOnExit()
+  killChildrenOnExit(() => onSignal())
   const result = await runJetStream()
   if (process.env.FG_RESULT_FILE) writeFileSync(process.env.FG_RESULT_FILE, `${JSON.stringify(result, null, 2)}\n`)
   process.exitCode = result.ok ? 0 : 1

@@ -56,6 +56,9 @@ export async function publishJob(conn: ChannelModel, queue: string, job: object)
   await ch.close()
 }
 
+/** what a Ctrl-C has to remove besides the child processes */
+let onSignal = async () => {}
+
 export async function runRabbitMQ(options: RabbitRunOptions = {}): Promise<BrokerRunResult> {
   const amqpUrl = options.amqpUrl ?? process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672'
   const run = randomBytes(4).toString('hex')
@@ -63,6 +66,13 @@ export async function runRabbitMQ(options: RabbitRunOptions = {}): Promise<Broke
   const n = narrator(options.out === undefined ? process.stdout : options.out, r)
   const queue = queueName(run)
   let conn: ChannelModel | undefined
+  const dropQueue = async () => {
+    if (!conn) return
+    await conn.createChannel().then((ch) => ch.deleteQueue(queue)).catch(() => {})
+    await conn.close().catch(() => {})
+    conn = undefined
+  }
+  onSignal = async () => { await dropQueue(); rmSync(r.dir, { recursive: true, force: true }) }
   try {
     n.say(`fencegate RabbitMQ example: real processes, ${amqpUrl.replace(/\/\/[^@]*@/, '//')}, temp folder ${r.dir}`)
     const s = await startServices(r)
@@ -139,10 +149,7 @@ export async function runRabbitMQ(options: RabbitRunOptions = {}): Promise<Broke
     n.say(`ERROR: ${(e as Error).message}`)
   } finally {
     await stopChildren()
-    if (conn) {
-      await conn.createChannel().then((ch) => ch.deleteQueue(queue)).catch(() => {})
-      await conn.close().catch(() => {})
-    }
+    await dropQueue()
     rmSync(r.dir, { recursive: true, force: true })
   }
   r.ok = r.failures.length === 0
@@ -154,7 +161,7 @@ export async function runRabbitMQ(options: RabbitRunOptions = {}): Promise<Broke
 }
 
 if (isMain(import.meta.url)) {
-  killChildrenOnExit()
+  killChildrenOnExit(() => onSignal())
   const result = await runRabbitMQ()
   if (process.env.FG_RESULT_FILE) writeFileSync(process.env.FG_RESULT_FILE, `${JSON.stringify(result, null, 2)}\n`)
   process.exitCode = result.ok ? 0 : 1
