@@ -73,8 +73,11 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
     // inside the span's context: the duration's exemplar points at it
     if (span) otelContext.with(span.ctx, record)
     else record()
+    // only a route with checks (or attemptLog: true) writes to the store: a plain route's request has no claim to audit
+    const audited = audit !== undefined && c.get('route')?.audited === true
+    if (!audited && access === 'off') return
     const entry = attemptEntry(f, code, ms, span?.traceId)
-    audit?.push(entry)
+    if (audited) audit.push(entry)
     if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, incoming))
   }
 }

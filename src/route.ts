@@ -10,6 +10,8 @@ export interface CompiledRoute {
   config: RouteConfig
   /** the request id header, lower case (`log.requestIdHeader`): forwarded upstream and echoed */
   requestIdHeader: string
+  /** its requests go to the attempt log: fencing or idempotency is on, or `attemptLog: true` */
+  audited: boolean
   fencing?: { resource: Template; tokenHeader: string; required: boolean }
   idempotency?: {
     keyHeader: string
@@ -26,7 +28,7 @@ export interface CompiledRoute {
 /** @param requestIdHeader `log.requestIdHeader` */
 export function compileRoute(r: RouteConfig, requestIdHeader = 'X-Request-Id'): CompiledRoute {
   const params = pathParams(r.match.path)
-  const out: CompiledRoute = { name: r.name, config: r, requestIdHeader: requestIdHeader.toLowerCase() }
+  const out: CompiledRoute = { name: r.name, config: r, requestIdHeader: requestIdHeader.toLowerCase(), audited: !!(r.fencing || r.idempotency || r.attemptLog) }
   if (r.fencing) {
     out.fencing = { resource: compileTemplate(r.fencing.resource, params), tokenHeader: r.fencing.tokenHeader.toLowerCase(), required: r.fencing.required }
   }

@@ -105,6 +105,13 @@ const route = z.strictObject({
   maxRequestBytes: size('10MiB'),
   fencing: fencing.optional(),
   idempotency: idempotency.optional(),
+  /**
+   * a route with neither fencing nor idempotency writes nothing to the store (contract §8);
+   * `true` puts its requests in the attempt log too. Routes with either always write theirs.
+   */
+  attemptLog: z.boolean().optional(),
+}).superRefine((r, ctx) => {
+  if (r.attemptLog === false && (r.fencing || r.idempotency)) ctx.addIssue({ code: 'custom', path: ['attemptLog'], message: 'a route with fencing or idempotency always writes its attempts to the attempt log (the audit of its claim); attemptLog only turns it on for a route with neither' })
 })
 
 export const configSchema = z.strictObject({

@@ -116,9 +116,30 @@ describe('attempt log (sqlite store)', () => {
   })
 })
 
+describe('a route with neither fencing nor idempotency (sqlite store)', () => {
+  test('writes nothing to the attempt log; attemptLog: true puts its requests there', async () => {
+    const { gw, dir } = await setup(SQLITE, (up) => [
+      paymentsRoute(up),
+      { name: 'plain', path: '/plain/*', upstream: up },
+      { name: 'logged', path: '/logged/*', upstream: up, attemptLog: true },
+    ])
+    for (let i = 0; i < 5; i++) expect((await post(`${gw.url}/plain/${i}`, { i })).status).toBe(201)
+    expect((await post(`${gw.url}/logged/1`, {})).status).toBe(201)
+    // a fenced request after them: once its entry is written, any earlier one would be too
+    expect((await post(`${gw.url}/accounts/acct-1/charges`, { amount: 1 }, { 'fencing-token': '1', 'idempotency-key': 'plain-1' })).status).toBe(201)
+    const db = new Database(join(dir, 'fg.db'), { readonly: true })
+    cleanups.push(() => { db.close() })
+    const rows = await until(() => {
+      const all = db.prepare('SELECT route, outcome FROM fg_audit_v1 ORDER BY rowid').all() as { route: string }[]
+      return all.some((r) => r.route === 'payments') && all
+    }, { intervalMs: 50, message: 'the fenced request in fg_audit_v1' })
+    expect(rows).toEqual([{ route: 'logged', outcome: 'forwarded' }, { route: 'payments', outcome: 'forwarded' }])
+  })
+})
+
 describe('fencegate audit and GET /audit', () => {
   test('the seed timeline (33, 34 replayed, 33 stale) reads forwarded 1, replayed 1, stale 1, from the CLI and the admin API alike', async () => {
-    const { gw, file } = await setup(SQLITE, (up) => [paymentsRoute(up), { name: 'reads', path: '/accounts/:account/*', upstream: up }])
+    const { gw, file } = await setup(SQLITE, (up) => [paymentsRoute(up), { name: 'reads', path: '/accounts/:account/*', upstream: up, attemptLog: true }])
     expect(await seedTimeline(gw)).toEqual([201, 201, 'true', 412])
     expect((await send(`${gw.url}/accounts/acct-1/charges`)).status).toBe(201) // a read, on the unfenced route
 
