@@ -103,6 +103,10 @@ describe('fencegate leases', () => {
     expect(q.advice.lines.join('\n')).toMatch(/^Minimum lease: /m)
     expect(q.advice.lines.join('\n')).toContain('idempotency.lease (2s) covers the effect plus the margin')
     expect(q.advice.warnings.join('\n')).toMatch(/Only 10 answered writes in this window/)
+    // GET /leases gives the same advice as each broker's setting
+    expect(q.advice.brokers.map((b: { broker: string }) => b.broker)).toEqual(['NATS JetStream', 'RabbitMQ', 'BullMQ', 'Amazon SQS'])
+    expect(q.advice.brokers[0].settings).toMatchObject({ 'ack_wait (API, ns)': q.advice.minimumLeaseMs * 1_000_000 })
+    expect(q.advice.brokers[2].settings).toMatchObject({ lockDuration: q.advice.minimumLeaseMs, lockRenewTime: q.advice.renewalIntervalMs })
 
     // the upstream slows down: 1.5 s effects
     await Promise.all([0, 1, 2].map((i) => write(`/sized/slow${i}-${run}/apply?ms=1500`, '1')))
