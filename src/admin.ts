@@ -16,11 +16,13 @@ import type { Config } from './config/schema.js'
 import { buildReport, parseSince, DEFAULT_SINCE } from './audit/report.js'
 import { acceptStoreLoss, resolveKey, type ResolveRequest } from './audit/resolve.js'
 import { listUnknown } from './audit/unknown.js'
-import { buildTimeline } from './audit/timeline.js'
+import { buildTimeline, recentKeys, TIMELINE_LIMIT } from './audit/timeline.js'
 import { buildLeases } from './audit/leases.js'
 import { claimSentences } from './audit/guarantees.js'
 import type { DoctorReport } from './store/findings.js'
 import type { StateWatch } from './store/state-loss.js'
+import { mountUi, securityHeaders } from './ui/index.js'
+import { routeSummaries } from './ui/route-info.js'
 
 export interface AdminOptions {
   token?: string
@@ -92,6 +94,7 @@ function adminActor(env: unknown, by: unknown): string {
 export function createAdmin({ token, writeToken = undefined, store, metrics, accepting, config, watch, storeSettings }: AdminOptions): Hono {
   writeToken ??= config?.admin.writeToken
   const app = new Hono()
+  app.use('*', securityHeaders)
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
   const lostReply = () => Response.json({ status: 'store state lost', store: store.kind, seen: watch?.seen,
     detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' }, { status: 503 })
@@ -136,6 +139,8 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       return c.json(await resolveKey(config, store, { ...body, by: adminActor(c.env, body.by) } as ResolveRequest))
     })
   }
+  // the audit view's shells and assets hold no data: no token (contract §5a)
+  mountUi(app, { exposed: config && exposedAdmin(config) })
   if (token) app.use('*', bearerAuth({ token }))
   // bearerAuth throws; answer as every gateway-made response does, keeping its WWW-Authenticate
   app.onError((err) => {
@@ -169,8 +174,18 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       const sinceText = c.req.query('since')
       const since = sinceText === undefined ? now - config.audit.retention : parseSince(sinceText, now)
       if (since === undefined) throw new Problem('bad-request', `since must be a duration back from now (30m, 1h, 7d) or an RFC 3339 time, not ${JSON.stringify(sinceText)}.`)
-      return c.json(await buildTimeline(config, store.audit, { route: c.req.query('route'), keyHash: c.req.query('keyHash'), key: c.req.query('key'), scope: c.req.query('scope'), resource: c.req.query('resource'), since }))
+      const untilText = c.req.query('until')
+      const until = untilText === undefined ? undefined : Date.parse(untilText)
+      if (Number.isNaN(until)) throw new Problem('bad-request', `until must be an RFC 3339 time (the first entry's time of the page before), not ${JSON.stringify(untilText)}.`)
+      const limitText = c.req.query('limit')
+      const limit = limitText === undefined ? undefined : Number(limitText)
+      if (limit !== undefined && !(Number.isInteger(limit) && limit > 0)) throw new Problem('bad-request', `limit must be a positive integer (at most ${TIMELINE_LIMIT} are given), not ${JSON.stringify(limitText)}.`)
+      return c.json(await buildTimeline(config, store.audit, { route: c.req.query('route'), keyHash: c.req.query('keyHash'), key: c.req.query('key'), scope: c.req.query('scope'), resource: c.req.query('resource'), since, until, limit }))
     })
+    // the audit view's overview: the keys and resources of the newest attempts
+    app.get('/audit/recent', async (c) => c.json(await recentKeys(store.audit, Date.now() - Math.min(config.audit.retention, 24 * 3_600_000))))
+    // the audit view's Routes: each route's match, fencing and idempotency settings (no upstream addresses, no tokens)
+    app.get('/routes', (c) => c.json(routeSummaries(config)))
     // contract §8: effect durations, stale writers' lateness and lease advice per fenced route
     app.get('/leases', async (c) => {
       const now = Date.now()
@@ -194,6 +209,6 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
     if (!report) throw new StoreError('the store\'s settings cannot be read now', 'doctor')
     return c.json(report)
   })
-  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz, /doctor${config ? ', /audit, /audit/timeline, /leases, /unknown, POST /resolve' : ''}, POST /store/accept-loss.`).toResponse())
+  app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz, /doctor${config ? ', /audit, /audit/timeline, /audit/recent, /leases, /unknown, /routes, POST /resolve; the audit view at /' : ''}, POST /store/accept-loss.`).toResponse())
   return app
 }

@@ -27,6 +27,7 @@ import { forward, createUpstream } from './forward/index.js'
 import type { AuditQueue } from './audit/queue.js'
 import type { AuditEntry } from './store/attempt-log/types.js'
 import { attemptEntry } from './audit/entry.js'
+import { timelineLink } from './ui/links.js'
 
 // A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
 // resolving it after routing could reach another route's path or resource (an upstream that
@@ -53,7 +54,7 @@ export interface Gateway {
  * closes it: the one place its outcome is measured (contract §6), its span annotated (§7), its
  * attempt entry queued (§8) and its access line written. It decides nothing.
  */
-function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?: AuditQueue): MiddlewareHandler<GatewayEnv> {
+function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?: AuditQueue, publicUrl?: string): MiddlewareHandler<GatewayEnv> {
   const idHeader = logConfig.requestIdHeader.toLowerCase()
   const access = logConfig.access
   return async function observe(c, next) {
@@ -78,7 +79,7 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
     if (!audited && access === 'off') return
     const entry = attemptEntry(f, code, ms, span?.traceId)
     if (audited) audit.push(entry)
-    if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, incoming))
+    if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, incoming, publicUrl))
   }
 }
 
@@ -126,8 +127,11 @@ function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler
 const isDecision = (e: AuditEntry): boolean =>
   e.outcome !== 'forwarded' || e.unknown !== undefined || !!e.duplicate || !!e.overtaken || !!e.abandoned
 
-/** The access log line of a request: its attempt entry's facts, the path without its query, the peer. */
-function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming']): Fields {
+/**
+ * The access log line of a request: its attempt entry's facts, the path without its query, the
+ * peer, and the audit view's timeline of its key or resource (`view`, after admin.publicUrl).
+ */
+function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming'], publicUrl?: string): Fields {
   const url = incoming.url ?? '/'
   const q = url.indexOf('?')
   const client = incoming.socket?.remoteAddress
@@ -137,6 +141,7 @@ function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming'
     result: e.result, unknown: e.unknown, upstreamStatus: e.upstreamStatus, upstreamMs: e.upstreamMs, lateMs: e.lateMs,
     duplicate: e.duplicate, overtaken: e.overtaken, abandoned: e.abandoned,
     client: client?.startsWith('::ffff:') ? client.slice(7) : client,
+    view: timelineLink(e, publicUrl),
   }
 }
 
@@ -146,7 +151,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   const windows = new WindowTracker() // per process: fencing's requests between check and end, by resource
   metrics.trackWindows(windows)
   const idHeader = config.log.requestIdHeader.toLowerCase()
-  app.use('*', observe(metrics, log, config.log, audit), refusePath(idHeader))
+  app.use('*', observe(metrics, log, config.log, audit, config.admin.publicUrl), refusePath(idHeader))
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
@@ -171,7 +176,9 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
       // the store cannot answer: fail closed (contract §4), one mapping for every store call
       const p = err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err)
       f.outcome = p.outcome
-      return p.toResponse(f.requestId, idHeader)
+      // the audit view's timeline of the key or resource, where operators can reach it (admin.publicUrl)
+      const timeline = config.admin.publicUrl && timelineLink({ outcome: f.outcome, keyHash: f.keyHash, resource: f.resource }, config.admin.publicUrl)
+      return p.toResponse(f.requestId, idHeader, timeline ? { timeline } : undefined)
     }
     if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
       // the client left before its request was whole: nothing was forwarded, nobody to answer

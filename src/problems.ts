@@ -72,19 +72,20 @@ export class Problem extends Error {
    * The RFC 9457 body, serialised; `instance` (RFC 9457 §3.1.5) holds the request id. Also a
    * Stripe-style `error` member ({type, code, message}), for clients that detect failure by it.
    */
-  body(requestId?: string): string {
+  body(requestId?: string, more: Record<string, string> = {}): string {
     const error = { type: errorType(this.name_, this.status), code: this.name_, message: this.detail }
-    return JSON.stringify({ type: this.type, title: this.title, status: this.status, detail: this.detail, ...(requestId ? { instance: requestId } : {}), ...this.extra, error })
+    return JSON.stringify({ type: this.type, title: this.title, status: this.status, detail: this.detail, ...(requestId ? { instance: requestId } : {}), ...this.extra, ...more, error })
   }
 
   /**
    * @param requestId the request's id: the body's `instance`, and echoed in `idHeader`
    * @param idHeader the request id header's name (lower case); default x-request-id
+   * @param more members for this response only, e.g. `timeline` (the audit view's address)
    */
-  toResponse(requestId?: string, idHeader = 'x-request-id'): Response {
+  toResponse(requestId?: string, idHeader = 'x-request-id', more?: Record<string, string>): Response {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...this.headers }
     if (requestId) headers[idHeader] = requestId
-    return new Response(this.body(requestId), { status: this.status, headers })
+    return new Response(this.body(requestId, more), { status: this.status, headers })
   }
 }
 

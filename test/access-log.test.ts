@@ -67,6 +67,9 @@ describe('request ids and the access log (log.access: decisions, the default)', 
     expect(typeof got[0].durationMs).toBe('number')
     expect(Date.parse(String(got[0].time))).toBeGreaterThan(0)
     expect(got[1]).toMatchObject({ status: 201, outcome: 'replayed', result: 'replayed' })
+    // the audit view's timeline: a stale write's resource, a replay's key (a path on the admin listener)
+    expect(got.map((l) => l.view)).toEqual(['/ui/timeline?resource=account%3Aa3', `/ui/timeline?keyHash=${got[1].keyHash}`])
+    expect(stale.json().timeline).toBeUndefined() // without admin.publicUrl a client is not told where the admin listener is
     const printed = gw.logs.join('\n')
     for (const secretText of ['sk_live_secret', 'cookie-secret', 'k-stale-1', 'k-stale-2', 'replay-1']) expect(printed).not.toContain(secretText)
   })
@@ -95,4 +98,22 @@ test('log.access: all writes a line for every request; off writes none; the requ
   } finally {
     await all.close(); await off.close(); await up.close()
   }
+})
+
+describe('with admin.publicUrl, access lines and problems link to the audit view there', () => {
+  const { gw } = withGateway((up) => ({
+    admin: { publicUrl: 'https://ops.example/fencegate/' },
+    routes: [{ name: 'pay', path: '/accounts/:account/*', upstream: up.url, fencing: { resource: 'account:{param.account}' }, idempotency: { required: true } }],
+  }))
+
+  test('a 412 names its resource\'s timeline, a 409 its key\'s', async () => {
+    const h = (token: string, key: string) => ({ 'fencing-token': token, 'idempotency-key': key })
+    expect((await post(`${gw.url}/accounts/p1/charges`, { amount: 1 }, h('7', 'pk-1'))).status).toBe(201)
+    const stale = await post(`${gw.url}/accounts/p1/charges`, { amount: 1 }, { ...h('6', 'pk-2'), 'x-request-id': 'req-pub-stale' })
+    expectProblem(stale, { status: 412, type: 'stale-fencing-token', instance: 'req-pub-stale', members: { timeline: 'https://ops.example/fencegate/ui/timeline?resource=account%3Ap1' } })
+    const reused = await post(`${gw.url}/accounts/p1/charges`, { amount: 2 }, h('7', 'pk-1'))
+    const line = accessLines(gw).find((l) => l.requestId === reused.headers['x-request-id'])!
+    expectProblem(reused, { status: 422, type: 'idempotency-key-reused', members: { timeline: `https://ops.example/fencegate/ui/timeline?keyHash=${line.keyHash}` } })
+    expect(line.view).toBe(reused.json().timeline)
+  })
 })

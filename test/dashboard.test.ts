@@ -93,6 +93,14 @@ describe('dashboards/fencegate.json', () => {
     }
   })
 
+  test('the Unknown outcomes and Duplicate forwards panels link to the audit view\'s addresses (contract §5a), at the address the audit_view variable holds', () => {
+    const vars = Object.fromEntries(dash.templating.list.map((v: any) => [v.name, v]))
+    expect(vars.audit_view).toMatchObject({ type: 'textbox', query: 'http://127.0.0.1:9464' })
+    const links = (title: string) => panels.find((p) => p.title === title).fieldConfig.defaults.links.map((l: any) => l.url)
+    expect(links('Unknown outcomes')).toEqual(['${audit_view}/ui/unknown'])
+    expect(links('Duplicate forwards')).toEqual(['${audit_view}/ui/routes'])
+  })
+
   test('stat panels of counters show whole counts over the time range, and 0 when there is no series', () => {
     const counting = panels.filter((p) => p.type === 'stat' && /_total\b/.test(p.targets[0].expr))
     expect(counting.map((p) => p.title).sort()).toEqual(['Dropped attempt-log entries', 'Duplicate forwards', 'Overtaken writes', 'Unknown outcomes'])

@@ -27,6 +27,7 @@ import { Problem } from '../problems.js'
 import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
 import { formatDuration } from '../config/units.js'
 import { brokerSettings, formatBrokerSettings, type BrokerSetting } from './broker-settings.js'
+import { histogram, type Histogram } from './histogram.js'
 
 /** Most fenced attempts read per report (the newest of the window). */
 export const LEASES_LIMIT = 100_000
@@ -44,6 +45,8 @@ export interface EffectStats {
   maxMs?: number
   /** forwarded fenced writes without an answer (timeout, reset): effects longer than upstream.timeout, or failed */
   unanswered: number
+  /** the answered writes' durations in 1-2-5 ms buckets (the audit view draws it) */
+  histogram?: Histogram
 }
 
 export interface GenerationStats {
@@ -67,6 +70,8 @@ export interface StaleStats {
   latenessP50Ms?: number
   latenessP99Ms?: number
   latenessMaxMs?: number
+  /** the measured lateness in 1-2-5 ms buckets */
+  histogram?: Histogram
 }
 
 export interface LeaseAdvice {
@@ -173,6 +178,7 @@ export function routeLeases(rc: RouteConfig, entries: readonly AuditEntry[], win
     p999Ms: round(quantile(durations, 0.999)),
     maxMs: round(durations[durations.length - 1]),
     unanswered,
+    histogram: histogram(durations),
   }
 
   let total = 0
@@ -202,6 +208,7 @@ export function routeLeases(rc: RouteConfig, entries: readonly AuditEntry[], win
     latenessP50Ms: round(quantile(lateness, 0.5)),
     latenessP99Ms: round(quantile(lateness, 0.99)),
     latenessMaxMs: round(lateness[lateness.length - 1]),
+    histogram: histogram(lateness),
   }
 
   const configured = { idempotencyLeaseMs: rc.idempotency?.lease, upstreamTimeoutMs: rc.upstream.timeout }

@@ -23,6 +23,10 @@ export interface TimelineQuery {
   resource?: string
   /** epoch ms */
   since: number
+  /** epoch ms: only entries before it (the next older page) */
+  until?: number
+  /** at most this many entries, the newest; default and most TIMELINE_LIMIT */
+  limit?: number
 }
 
 export interface Timeline {
@@ -33,6 +37,11 @@ export interface Timeline {
   /** RFC 3339 */
   since: string
   entries: (Omit<AuditEntry, 'time'> & { time: string })[]
+  /**
+   * present when older entries in the window were left out (the page was full): ask again with
+   * `until` = this page's first entry's time (RFC 3339)
+   */
+  more?: true
 }
 
 /**
@@ -44,7 +53,8 @@ export async function buildTimeline(config: Config, log: AuditLog, q: TimelineQu
   if (asked !== 1) throw new Problem('bad-request', 'Name one thing to follow: a key hash, a key (with its route), or a fencing resource.')
   const rc = q.route === undefined ? undefined : config.routes.find((r) => r.name === q.route)
   if (q.route !== undefined && !rc) throw new Problem('bad-request', `No route named ${JSON.stringify(q.route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
-  const filter: TimelineFilter = { route: q.route }
+  const limit = Math.min(TIMELINE_LIMIT, Math.max(1, Math.floor(q.limit ?? TIMELINE_LIMIT)))
+  const filter: TimelineFilter = { route: q.route, until: q.until }
   if (q.keyHash !== undefined) {
     if (!/^[0-9a-f]{64}$/.test(q.keyHash)) throw new Problem('bad-request', 'A key hash is 64 lower-case hex digits, as the attempt log, `fencegate unknown` and the spans show it.')
     filter.keyHashes = [q.keyHash]
@@ -57,14 +67,54 @@ export async function buildTimeline(config: Config, log: AuditLog, q: TimelineQu
   } else {
     filter.resource = q.resource
   }
-  const entries = await log.timeline(filter, q.since, TIMELINE_LIMIT)
-  return {
+  const entries = await log.timeline(filter, q.since, limit)
+  const t: Timeline = {
     route: q.route,
     keyHash: filter.keyHashes?.[0],
     resource: filter.resource,
     since: new Date(q.since).toISOString(),
     entries: entries.map((e) => ({ ...e, time: new Date(e.time).toISOString() })),
   }
+  if (entries.length === limit) t.more = true
+  return t
+}
+
+/** One key or resource that had attempts lately, as `recentKeys` lists it. */
+export interface RecentKey {
+  route: string
+  /** the key hash, or undefined for a fenced attempt without a key */
+  keyHash?: string
+  resource?: string
+  /** RFC 3339: its newest attempt */
+  last: string
+  /** its attempts among those read */
+  attempts: number
+  /** the newest attempt's outcome */
+  outcome?: string
+}
+
+/**
+ * The keys (else resources) of the newest `read` attempts, newest first, at most `limit`: what the
+ * audit view's overview offers to follow.
+ * @throws StoreError when the store cannot answer
+ */
+export async function recentKeys(log: AuditLog, since: number, limit = 20, read = 500): Promise<{ keys: RecentKey[] }> {
+  const entries = await log.timeline({ all: true }, since, read)
+  const byId = new Map<string, RecentKey>()
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const e = entries[i]
+    if (e.kind !== 'attempt' || (e.keyHash === undefined && e.resource === undefined)) continue
+    const id = `${e.route}\n${e.keyHash ?? `resource ${e.resource}`}`
+    const k = byId.get(id)
+    if (k) { k.attempts++; continue }
+    if (byId.size >= limit) continue
+    const r: RecentKey = { route: e.route, last: new Date(e.time).toISOString(), attempts: 1 }
+    if (e.keyHash !== undefined) r.keyHash = e.keyHash
+    if (e.resource !== undefined) r.resource = e.resource
+    if (e.outcome !== undefined) r.outcome = e.outcome
+    byId.set(id, r)
+  }
+  return { keys: [...byId.values()] }
 }
 
 /** One line per entry, for people. */

@@ -50,6 +50,9 @@ const listen = (fallback: string) =>
     message: 'must be HOST:PORT, e.g. 127.0.0.1:8080',
   }).transform(String)
 
+/** An http(s) URL, or undefined when absent or empty (`${ENV:-}`). */
+const optionalUrl = z.preprocess((v) => (v === '' ? undefined : v), z.url({ protocol: /^https?$/, message: 'must be an http:// or https:// URL' }).optional())
+
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
 const method = z.string().transform((s) => s.toUpperCase()).pipe(z.enum(METHODS, { message: `must be one of ${METHODS.join(', ')}` }))
 const headerName = z.string().regex(/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/, 'must be a valid header field name (RFC 9110 §5.1)')
@@ -121,6 +124,14 @@ export const configSchema = z.strictObject({
     token: z.string().optional().transform((t) => (t ? t : undefined)),
     /** needed by the admin write actions (POST /resolve, POST /store/accept-loss); without it they answer 403 */
     writeToken: z.string().optional().transform((t) => (t ? t : undefined)),
+    /**
+     * the audit view's address as operators reach it (e.g. behind a proxy): the base of the view
+     * links in access-log lines and problems; without it, access lines give relative paths and
+     * problems give none
+     */
+    publicUrl: optionalUrl.transform((u) => u?.replace(/\/+$/, '')),
+    /** a Grafana dashboard URL (dashboards/fencegate.json as imported): the Routes view links its counts to the dashboard's panels */
+    grafanaUrl: optionalUrl,
   }).prefault({}),
   store: z.strictObject({
     kind: z.enum(['memory', 'sqlite', 'redis', 'postgres']).default('sqlite'),

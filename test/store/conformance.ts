@@ -826,6 +826,12 @@ export function describeStoreConformance(
         expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'] }, since, 2)).map((e) => e.time - now)).toEqual([-700, -600])
         expect(await s.audit.timeline({ keyHashes: ['none'] }, since, 100)).toEqual([])
         expect(await s.audit.timeline({}, since, 100)).toEqual([])
+        // the page before: only entries older than `until`, still the newest `limit` of them
+        expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'], until: now - 700 }, since, 100)).map((e) => e.time - now)).toEqual([-1000, -900])
+        expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'], until: now - 600 }, since, 1)).map((e) => e.time - now)).toEqual([-700])
+        // every entry of the window (the audit view's latest keys)
+        expect((await s.audit.timeline({ all: true }, since, 100)).map((e) => e.time - now)).toEqual([-1000, -900, -800, -700, -600])
+        expect((await s.audit.timeline({ all: true, route: 'other', until: now - 650 }, since, 100)).map((e) => e.time - now)).toEqual([-700])
       })
 
       test('fenced: the fenced attempts of a window, oldest first, only the route\'s when asked, capped at the newest `limit`', async () => {

@@ -116,18 +116,24 @@ export function fencedIn(e: AuditEntry, since: number, until: number, route: str
 
 /**
  * Which entries a timeline holds: those with one of `keyHashes`, or with `resource`, or (with
- * `operator`) every operator action (kinds other than `attempt`); only `route`'s when given.
+ * `operator`) every operator action (kinds other than `attempt`), or (with `all`) every entry;
+ * only `route`'s when given, and only those before `until` (epoch ms) when given: the next older
+ * page of a timeline.
  */
 export interface TimelineFilter {
   route?: string
   keyHashes?: readonly string[]
   resource?: string
   operator?: boolean
+  all?: boolean
+  until?: number
 }
 
 /** Whether an entry belongs to a timeline (the in-memory logs' filter; the SQL one is in ./sql.ts). */
 export function inTimeline(e: AuditEntry, f: TimelineFilter): boolean {
   if (f.route !== undefined && e.route !== f.route) return false
+  if (f.until !== undefined && e.time >= f.until) return false
+  if (f.all) return true
   if (f.operator && e.kind !== 'attempt') return true
   if (f.keyHashes && e.keyHash !== undefined && f.keyHashes.includes(e.keyHash)) return true
   return f.resource !== undefined && e.resource === f.resource
