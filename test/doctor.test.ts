@@ -94,7 +94,7 @@ describe('redis without persistence and with an evicting policy', () => {
     const json = await cli('doctor', '--config', file, '--json')
     expect(json.status).toBe(1)
     const r = JSON.parse(json.stdout)
-    expect(r.findings.map((f: { id: string; status: string }) => `${f.id} ${f.status}`).sort()).toEqual(['maxmemory-policy risk', 'persistence risk', 'replication ok'])
+    expect(r.findings.map((f: { id: string; status: string }) => `${f.id} ${f.status}`).sort()).toEqual(['clock ok', 'maxmemory-policy risk', 'persistence risk', 'replication ok'])
     expect(r.refused.map((f: { id: string }) => f.id)).toEqual(['maxmemory-policy'])
   })
 
@@ -127,7 +127,7 @@ describe('redis without persistence and with an evicting policy', () => {
     const r = await cli('audit', '--config', file, '--json')
     expect(r.status, r.stderr).toBe(0)
     const assumptions: string[] = JSON.parse(r.stdout).routes[0].claim.assumptions
-    expect(assumptions.filter((a) => a.startsWith('Measured on the live redis store'))).toHaveLength(3)
+    expect(assumptions.filter((a) => a.startsWith('Measured on the live redis store'))).toHaveLength(4)
   })
 
   test('with the setting fixed at run time (CONFIG SET), doctor sees it: noeviction is ok and nothing refuses', async () => {
@@ -182,7 +182,7 @@ describe('redis with a replica, and a cluster', () => {
 describe('postgres and sqlite', () => {
   test('postgres: a primary with synchronous_commit on, fsync on, no standby: every finding ok', async () => {
     const r = await inspectStore(storeOf({ kind: 'postgres', url: PG_URL }))
-    expect(r.findings.map((f) => f.id).sort()).toEqual(['fsync', 'recovery', 'standbys', 'synchronous_commit'])
+    expect(r.findings.map((f) => f.id).sort()).toEqual(['clock', 'fsync', 'recovery', 'standbys', 'synchronous_commit'])
     expect(find(r, 'recovery')).toMatchObject({ status: 'ok', setting: 'pg_is_in_recovery() false' })
     expect(find(r, 'fsync').status).toBe('ok')
     expect(find(r, 'synchronous_commit').setting).toMatch(/^synchronous_commit (on|local|remote_write|remote_apply)$/)
@@ -222,6 +222,7 @@ describe('postgres and sqlite', () => {
     expect(r.findings).toEqual([
       expect.objectContaining({ id: 'durability', status: 'risk' }),
       expect.objectContaining({ id: 'maxRecords', status: 'unknown', setting: 'store.maxRecords 500' }),
+      expect.objectContaining({ id: 'clock', status: 'ok', setting: 'this process\'s clock' }),
     ])
     expect(find(r, 'maxRecords').consequence).toMatch(/a request with a new key is refused with 503/)
     expect(() => storeOf({ kind: 'sqlite', acceptRisks: ['maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: maxmemory-policy is a Redis setting/)

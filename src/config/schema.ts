@@ -169,6 +169,12 @@ export const configSchema = z.strictObject({
      * counted, instead of a new key refused); `maxAttempts` (memory: the oldest attempt log entry)
      */
     acceptRisks: z.array(z.enum(['maxmemory-policy', 'maxRecords', 'maxAttempts'])).default([]),
+    /**
+     * redis, postgres: how far the store's clock may be from this gateway's before a warning (log
+     * line, fencegate_store_clock_offset_exceeded). Leases and deadlines run on the store's clock
+     * whatever it is; the gateway's own shows in Retry-After, supersededForMs and the attempt log.
+     */
+    maxClockOffset: duration('1s', HOUR),
   }).superRefine((s, ctx) => {
     s.acceptRisks.forEach((risk, i) => {
       const kind = risk === 'maxmemory-policy' ? 'redis' : 'memory'

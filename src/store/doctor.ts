@@ -26,6 +26,7 @@ import { redisFindings } from './redis/settings.js'
 import { postgresFindings } from './postgres/settings.js'
 import { sqliteFindings } from './sqlite/settings.js'
 import { memoryFindings } from './memory-settings.js'
+import { clockFinding } from './clock-finding.js'
 
 export { RiskRefused, type DoctorReport, type Finding, type FindingStatus } from './findings.js'
 
@@ -66,6 +67,8 @@ export async function inspectStore(config: Config['store'], store?: Store): Prom
       break
     }
   }
+  // the running gateway's own measurement; `fencegate doctor` measures once itself
+  findings.push(await clockFinding(config, store, READ_TIMEOUT_MS))
   const accepted = new Set<string>(config.acceptRisks ?? [])
   return { store: config.kind, target, findings, refused: findings.filter((f) => f.blocking && !accepted.has(f.id)) }
 }

@@ -148,6 +148,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     inProcess: inner.inProcess,
     sequence: inner.sequence,
     retireEpoch: inner.retireEpoch ? () => call('retire_epoch', () => inner.retireEpoch!()) : undefined,
+    // read at each use: a store that connects late (./late.ts) has none before it connects
+    get clock() { return inner.clock },
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),

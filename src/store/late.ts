@@ -103,6 +103,7 @@ export function lateStore(kind: Store['kind'], open: () => Promise<Store>, log: 
       if (prop === 'kind') return kind
       if (prop === 'inProcess') return false
       if (prop === 'sequence') return options.sequence ?? inner?.sequence
+      if (prop === 'clock') return inner?.clock
       if (prop === 'audit') return audit
       if (prop === 'close') {
         return async () => {

@@ -7,7 +7,9 @@
  *   2. read its real settings (./doctor.ts `checkAtStart`): logged in one line, and a blocking
  *      risk that store.acceptRisks does not name (an evicting maxmemory-policy) refuses the start;
  *   3. wrap it in guardStore (./index.ts): every call timed, counted and bounded by store.timeout;
- *   4. ping it once: a store not reachable yet is logged and counted by the guard, not thrown.
+ *   4. ping it once: a store not reachable yet is logged and counted by the guard, not thrown;
+ *   5. watch its clock (redis, postgres; ./clock.ts): each measurement sets
+ *      fencegate_store_clock_offset_seconds, and one past store.maxClockOffset logs a warning.
  */
 import type { Config } from '../config/schema.js'
 import type { Logger } from '../log.js'
@@ -16,6 +18,7 @@ import { guardStore } from './index.js'
 import { openForGateway } from './late.js'
 import { checkAtStart, settingsReader, RiskRefused, type DoctorReport } from './doctor.js'
 import type { Store } from './types.js'
+import type { ClockReading } from './clock.js'
 
 export interface GuardedStore {
   /** the store as the gateway uses it (guardStore); its `close()` closes the opened store */
@@ -36,6 +39,28 @@ export interface GuardedStore {
 export interface OpenGuardedOptions {
   /** false: the settings are not read (a `--workers` worker: the primary reads them); default true */
   checkSettings?: boolean
+}
+
+/** Step 5. memory and sqlite read this host's clock: their offset is 0 by construction. */
+function watchClock(config: Config, opened: Store, connected: Promise<void>, log: Logger, metrics: Metrics): void {
+  const store = config.store.kind
+  const bound = config.store.maxClockOffset
+  if (store === 'memory' || store === 'sqlite') {
+    metrics.storeClockOffset.set({ store }, 0)
+    metrics.storeClockOffsetExceeded.set({ store }, 0)
+    return
+  }
+  let off = false
+  const seen = (r: ClockReading) => {
+    metrics.storeClockOffset.set({ store }, r.offsetMs / 1000)
+    const past = Math.abs(r.offsetMs) > bound
+    metrics.storeClockOffsetExceeded.set({ store }, past ? 1 : 0)
+    const fields = { store, offsetMs: r.offsetMs, roundTripMs: Math.round(r.rttMs * 10) / 10, maxClockOffsetMs: bound }
+    if (past) log.warn('this gateway\'s clock is far from the store\'s (store.maxClockOffset): leases still run on the store\'s clock, but Retry-After, supersededForMs and attempt-log times from this gateway are off by as much; set the host\'s clock right (NTP)', fields)
+    else if (off) log.info('this gateway\'s clock is close to the store\'s again', fields)
+    off = past
+  }
+  connected.then(() => { opened.clock?.watch(seen) }).catch(() => {})
 }
 
 /**
@@ -59,6 +84,7 @@ export async function openGuardedStore(config: Config, log: Logger, metrics: Met
   const settings = settingsReader(config.store, opened, first)
   const store = guardStore(opened, metrics, config.store.timeout, log)
   await store.ping().catch(() => { /* not reachable yet: logged and counted by the guard */ })
+  watchClock(config, opened, connected, log, metrics)
   return {
     store,
     settings,

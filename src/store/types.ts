@@ -30,6 +30,7 @@
  */
 
 import type { AuditLog } from './attempt-log/types.js'
+import type { StoreClock } from './clock.js'
 import type { UnknownReason } from '../outcomes.js'
 import type { WriteSequence } from './sequence.js'
 
@@ -189,6 +190,18 @@ export interface Store {
    * entry dropped within the retention. guardStore (./index.ts) counts them.
    */
   watchEvictions?(record: (route: string) => void, attempt?: () => void): void
+  /**
+   * Redis and PostgreSQL: their clock against this process's (./clock.ts). They take every
+   * instant a guarantee depends on from it, inside the script or function — a claim's lease and
+   * expiry, a renewal, a finish's expiry, a registration's deadline, a mark's `since` — so the
+   * `now` a caller passes only carries durations (a deadline is `now` + how long); the instants
+   * they answer (`leaseUntil`, `since`, `until`, `expiresAt`) are moved onto this process's clock
+   * by the measured offset. Absent for memory and sqlite, whose callers share one host's clock
+   * and whose `now` is the instant itself. Not checked by the suite beyond one claim whose `now`
+   * is far from the store's clock (the suite drives time through `now`: those stores are opened
+   * with `clock: 'caller'`); test/production/clock-skew.test.ts runs replicas under faketime.
+   */
+  readonly clock?: StoreClock
   /**
    * Fencing check-and-set (contract §3): accept iff `token >= highest`, and then set
    * `highest := token`, atomically. A resource seen for the first time accepts any token.

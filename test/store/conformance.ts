@@ -42,6 +42,12 @@ export interface ConformanceOptions {
   failClaims?: (store: Store) => Promise<() => Promise<void>>
   /** the store keeps no write sequence (a Redis Cluster: a script reaches one slot only) */
   unsequenced?: true
+  /**
+   * Opens a store on the same backing state that takes its instants from its own clock (redis,
+   * postgres by default; the suite's other stores are opened with `clock: 'caller'` so that `now`
+   * drives time). Leave it out for memory and sqlite, whose `now` is the instant itself.
+   */
+  onStoreClock?: () => Promise<Store>
 }
 
 /** A fixed epoch-ms start for every test's clock. */
@@ -1087,6 +1093,60 @@ export function describeStoreConformance(
           expect(err, `${op} after close()`).toBeInstanceOf(StoreError)
           expect((err as StoreError).op, `${op} after close()`).toBe(op)
         }
+      })
+    })
+
+    describe.runIf(options.onStoreClock)('the store\'s own clock (src/store/clock.ts)', () => {
+      // this host's clock is the store's here, give or take a round trip
+      const SLACK = 2_000
+      const TEN_YEARS = 10 * 365 * 86_400_000
+      const near = (t: number, want: number) => { expect(Math.abs(t - want)).toBeLessThan(SLACK) }
+      const onClock = async () => {
+        const s = await options.onStoreClock!()
+        opened.push(s)
+        return s
+      }
+
+      test('a claim\'s lease, a renewal, a finish\'s expiry and a mark\'s since come from the store, whatever `now` the caller passes', async () => {
+        const s = await onClock()
+        expect(s.clock?.reading).toBeDefined()
+        near(s.clock!.reading!.offsetMs, 0)
+        const r = await s.admit({ resource: 'res/clock', token: 1n }, key('clock-1'), req('a', { leaseMs: 60_000, ttlMs: 60_000 }), T0)
+        expect(r.claim).toEqual({ kind: 'claimed' })
+        near(r.fence.since!, Date.now())
+        // ten years on by the caller's clock, the lease (60 s on the store's) still holds
+        const held = await s.claim(key('clock-1'), req('b'), T0 + TEN_YEARS)
+        expect(held.kind).toBe('in_flight')
+        near((held as { leaseUntil: number }).leaseUntil, Date.now() + 60_000)
+        expect(await s.renew(key('clock-1'), 'a', 120_000, T0)).toBe(true)
+        near((await s.claim(key('clock-1'), req('c'), T0) as { leaseUntil: number }).leaseUntil, Date.now() + 120_000)
+        // kept 60 s from the store's now, not from T0 (long past)
+        await s.finish(key('clock-1'), 'a', { kind: 'not_stored', status: 200 }, 60_000, T0)
+        expect(await s.claim(key('clock-1'), req('d'), T0 + TEN_YEARS)).toEqual({ kind: 'not_stored', status: 200 })
+        expect((await s.mark('res/clock'))!.since).toBe(r.fence.since)
+      })
+
+      test('a lease that ended on the store\'s clock is abandoned and listed, whatever `now` says', async () => {
+        const s = await onClock()
+        await s.claim(key('clock-2'), req('a', { leaseMs: 0 }), T0 + TEN_YEARS)
+        const listed = await s.unknowns(T0)
+        expect(listed.map((u) => [u.key.key, u.reason])).toEqual([['clock-2', 'crash']])
+        near(listed[0].expiresAt, Date.now() + 86_400_000)
+        expect(await s.claim(key('clock-2'), req('b'), T0)).toEqual({ kind: 'unknown', reason: 'crash', abandoned: true })
+      })
+
+      test('a registration holds for its deadline minus `now`, on the store\'s clock', async () => {
+        const s = await onClock()
+        await s.register('res/clock-w', 1n, 'a', T0 + 5_000, T0)
+        const older = await s.olderRegistered('res/clock-w', 2n, T0 + TEN_YEARS)
+        expect(older.oldest).toBe(1n)
+        near(older.until, Date.now() + 5_000)
+        const second = await s.register('res/clock-w', 2n, 'b', T0 + 5_000, T0)
+        expect(second).toMatchObject({ registered: true, oldest: 1n })
+        await s.unregister('res/clock-w', 'a', Date.now() + 30_000)
+        near((await s.olderRegistered('res/clock-w', 2n, T0)).until, Date.now() + 30_000)
+        await s.unregister('res/clock-w', 'a')
+        expect(await s.olderRegistered('res/clock-w', 2n, T0 + TEN_YEARS)).toEqual({ until: 0 })
       })
     })
 

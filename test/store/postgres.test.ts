@@ -11,7 +11,7 @@ const URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const schema = `fgtest_${randomUUID().replaceAll('-', '').slice(0, 12)}`
 const admin = new pg.Pool({ connectionString: URL, max: 2 })
 const open = (over: Partial<Parameters<typeof PostgresStore.open>[0]> = {}) =>
-  PostgresStore.open({ url: URL, schema, pool: 4, reapIntervalMs: 0, ...over })
+  PostgresStore.open({ url: URL, schema, pool: 4, reapIntervalMs: 0, clock: 'caller', ...over })
 
 beforeAll(async () => { await migratePostgres({ url: URL, schema }) })
 afterAll(async () => {
@@ -37,6 +37,7 @@ const removeFault = async () => { await admin.query(`DROP TRIGGER IF EXISTS fg_t
 
 describeStoreConformance('postgres', () => open(), {
   makeSecond: () => open(),
+  onStoreClock: () => open({ clock: 'store' }),
   failClaims: () => faultOnRecords(),
   cleanup: async () => {
     await removeFault() // a test that failed before removing its fault must not fail the next ones
@@ -117,7 +118,7 @@ describe('PostgresStore', () => {
       expect(err).toBeInstanceOf(StoreError)
       expect((err as Error).message).toMatch(/older fencegate: run `fencegate migrate/)
       await admin.query(`INSERT INTO "${m}".fg_fences_v1 (resource, highest) VALUES ('kept', 8)`)
-      const s = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0, migrate: true })
+      const s = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0, migrate: true, clock: 'caller' })
       try {
         expect(await s.mark('kept')).toEqual({ highest: 8n })
         expect(await s.fence('kept', 8n, T0)).toEqual({ accepted: true, highest: 8n })

@@ -30,7 +30,7 @@ beforeAll(async () => {
 
 const opened: RedisStore[] = []
 const open = async (keyPrefix: string, extra: Partial<RedisStoreOptions> = {}) => {
-  const s = await RedisStore.open({ url: c.url, cluster: true, keyPrefix, ...extra })
+  const s = await RedisStore.open({ url: c.url, cluster: true, keyPrefix, clock: 'caller', ...extra })
   opened.push(s)
   return s
 }
@@ -69,7 +69,7 @@ const storeUser = new WeakMap<Store, string>()
 const openAs = async (keyPrefix: string, extra: Partial<RedisStoreOptions> = {}, create = true) => {
   const user = userOf(keyPrefix)
   if (create) await setUser(user, 'reset', 'on', `>${secret}`, '~*', '&*', '+@all')
-  const s = await RedisStore.open({ url: asUser(c.url, user), cluster: true, keyPrefix, ...extra })
+  const s = await RedisStore.open({ url: asUser(c.url, user), cluster: true, keyPrefix, clock: 'caller', ...extra })
   storeUser.set(s, user)
   return s
 }

@@ -39,7 +39,7 @@ const openAs = async (keyPrefix: string, create: boolean) => {
   const url = new URL(r.url)
   url.username = user
   url.password = secret
-  const s = await RedisStore.open({ url: url.toString(), keyPrefix, ...waiting })
+  const s = await RedisStore.open({ url: url.toString(), keyPrefix, clock: 'caller', ...waiting })
   storeUser.set(s, user)
   return s
 }
@@ -59,7 +59,7 @@ const waits = async () => Number(/cmdstat_wait:calls=(\d+)/.exec(String(await r.
 
 describe('store.replicas on one primary', () => {
   test('200 concurrent writes share their WAITs; each is on the replica once answered', async () => {
-    const s = await RedisStore.open({ url: r.url, keyPrefix: `${run}-share`, ...waiting })
+    const s = await RedisStore.open({ url: r.url, keyPrefix: `${run}-share`, clock: 'caller', ...waiting })
     try {
       const before = await waits()
       const results = await Promise.all(Array.from({ length: 200 }, (_, i) => i % 2
@@ -78,7 +78,7 @@ describe('store.replicas on one primary', () => {
   })
 
   test('an equal token rewrites the mark, so its WAIT covers a mark another client wrote', async () => {
-    const s = await RedisStore.open({ url: r.url, keyPrefix: `${run}-equal`, ...waiting })
+    const s = await RedisStore.open({ url: r.url, keyPrefix: `${run}-equal`, clock: 'caller', ...waiting })
     try {
       const before = await waits()
       await r.command(r.primary.port, 'SET', `{fg:${run}-equal:f:res}`, '5')
@@ -93,8 +93,8 @@ describe('store.replicas on one primary', () => {
   })
 
   test('the replica gone: writes fail closed (StoreError) within about one WAIT timeout each, claims are given back, stale tokens still 412; it comes back: writes pass', async () => {
-    const s = await RedisStore.open({ url: r.url, keyPrefix: `${run}-down`, replicas: 1, replicasTimeoutMs: 200 })
-    const plain = await RedisStore.open({ url: r.url, keyPrefix: `${run}-down` })
+    const s = await RedisStore.open({ url: r.url, keyPrefix: `${run}-down`, replicas: 1, replicasTimeoutMs: 200, clock: 'caller' })
+    const plain = await RedisStore.open({ url: r.url, keyPrefix: `${run}-down`, clock: 'caller' })
     try {
       expect(await s.fence('res', 10n)).toMatchObject({ accepted: true, highest: 10n })
       await r.kill(r.replicas[0].port)

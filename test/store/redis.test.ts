@@ -49,7 +49,7 @@ async function failClaimsOf(user: string): Promise<() => Promise<void>> {
 const storeUser = new WeakMap<Store, string>()
 const openAs = async (keyPrefix: string) => {
   const user = userOf(keyPrefix)
-  const s = await RedisStore.open({ url: asUser(URL, user), keyPrefix })
+  const s = await RedisStore.open({ url: asUser(URL, user), keyPrefix, clock: 'caller' })
   storeUser.set(s, user)
   return s
 }
@@ -69,6 +69,7 @@ describeStoreConformance(
   },
   {
     makeSecond: async () => openAs(prefix),
+    onStoreClock: () => { prefix = `${run}-${n++}`; return RedisStore.open({ url: URL, keyPrefix: prefix }) },
     cleanup: async () => {
       await dropPrefix(`{fg:${prefix}:*`)
       await admin.call('ACL', 'DELUSER', userOf(prefix))
@@ -80,7 +81,7 @@ describeStoreConformance(
 describe('RedisStore', () => {
   test('keys are hash-tagged per resource and per record, the mark has no ttl, a record expires with its ttl', async () => {
     const p = `${run}-layout`
-    const s = await RedisStore.open({ url: URL, keyPrefix: p })
+    const s = await RedisStore.open({ url: URL, keyPrefix: p, clock: 'caller' })
     try {
       await s.fence('account:{42}', 7n)
       await s.claim(key('k:1', 'payments'), req('c1', { ttlMs: 60_000 }), Date.now())
@@ -113,7 +114,7 @@ describe('RedisStore', () => {
 
   test('a mark written by another client as a 19-digit string is compared exactly', async () => {
     const p = `${run}-digits`
-    const s = await RedisStore.open({ url: URL, keyPrefix: p })
+    const s = await RedisStore.open({ url: URL, keyPrefix: p, clock: 'caller' })
     try {
       // 2^63-1 and 2^63-2 are the same double; the script must still tell them apart
       await s.fence('r', 9223372036854775806n)
@@ -128,7 +129,7 @@ describe('RedisStore', () => {
 
   test('a since key left behind by a mark raised without it (an older gateway) is not reported as the new mark\'s', async () => {
     const p = `${run}-since-old`
-    const s = await RedisStore.open({ url: URL, keyPrefix: p })
+    const s = await RedisStore.open({ url: URL, keyPrefix: p, clock: 'caller' })
     try {
       expect(await s.fence('r', 5n, T0)).toEqual({ accepted: true, highest: 5n, since: T0, raised: true })
       // an older gateway raises the mark with the old script: the since key still names 5
@@ -182,8 +183,8 @@ describe('RedisStore', () => {
 
   test('a completed record replays across clients; a scope with braces and colons stays its own record', async () => {
     const p = `${run}-scope`
-    const a = await RedisStore.open({ url: URL, keyPrefix: p })
-    const b = await RedisStore.open({ url: URL, keyPrefix: p })
+    const a = await RedisStore.open({ url: URL, keyPrefix: p, clock: 'caller' })
+    const b = await RedisStore.open({ url: URL, keyPrefix: p, clock: 'caller' })
     try {
       const k1 = key('k', 'r', 'x:y')
       const k2 = key('y:k', 'r', 'x')

@@ -17,13 +17,16 @@ import { refusedAndRolledBack } from './errors.js'
 import type { Named, Queries } from './sql.js'
 import type { SequencedQuery } from './sequence.js'
 
-export interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number }
-export interface FenceCall extends FenceRequest { now: number }
+// `now` null: the server's clock (fg_now_ms_v1); a number only for tests that drive time (./sql.ts)
+export interface ClaimCall { key: RecordKey; req: ClaimRequest; now: number | null }
+export interface FenceCall extends FenceRequest { now: number | null }
 export interface AdmitCall extends ClaimCall { fence: FenceRequest }
-/** finish (with `done`) or release (without) */
-export interface SettleCall { key: RecordKey; claimId: string; done?: Completion; expiresAt?: number }
-export interface RegisterCall { resource: string; token: bigint; id: string; deadline: number; now: number }
-export interface UnregisterCall { resource: string; id: string; until: number }
+/** finish (with `done`, kept `ttlMs` from now) or release (without) */
+export interface SettleCall { key: RecordKey; claimId: string; done?: Completion; ttlMs?: number; now: number | null }
+/** registered for `holdMs` from now */
+export interface RegisterCall { resource: string; token: bigint; id: string; holdMs: number; now: number | null }
+/** deleted (`holdMs` null), or kept `holdMs` from now */
+export interface UnregisterCall { resource: string; id: string; holdMs: number | null; now: number | null }
 
 /** The batched operations of one store; each resolves with its own call's answer, or rejects with the engine's error. */
 export interface GroupCommit {
@@ -81,7 +84,7 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
   const claimColumns = (calls: readonly ClaimCall[]): unknown[][] => [
     calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key),
     calls.map((c) => c.req.fingerprint), calls.map((c) => c.req.claimId),
-    calls.map((c) => c.now + c.req.leaseMs), calls.map((c) => c.now + c.req.ttlMs),
+    calls.map((c) => Math.round(c.req.leaseMs)), calls.map((c) => Math.round(c.req.ttlMs)),
     calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
   ]
 
@@ -100,15 +103,16 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
     }), options)
 
   const settle = batcher(async (calls: readonly SettleCall[]) => {
-    const cols: unknown[][] = Array.from({ length: 10 }, () => [])
+    const cols: unknown[][] = Array.from({ length: 11 }, () => [])
     for (const c of calls) {
       const d = c.done
       const row = [
-        c.key.route, c.key.scope, c.key.key, c.claimId, d?.kind ?? null, c.expiresAt ?? 0,
+        c.key.route, c.key.scope, c.key.key, c.claimId, d?.kind ?? null, Math.round(c.ttlMs ?? 0),
         d?.kind === 'completed' ? d.response.status : d?.kind === 'not_stored' ? d.status : null,
         d?.kind === 'completed' ? JSON.stringify(d.response.headers) : null,
         d?.kind === 'completed' ? d.response.body : null,
         d?.kind === 'unknown' ? d.reason : null,
+        c.now,
       ]
       row.forEach((v, i) => cols[i].push(v))
     }
@@ -117,11 +121,11 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
   }, options)
 
   const register = batcher((calls: readonly RegisterCall[]) => many(calls.length, q.registerMany,
-    [calls.map((c) => c.resource), calls.map((c) => c.token.toString()), calls.map((c) => c.id), calls.map((c) => c.deadline), calls.map((c) => c.now)],
+    [calls.map((c) => c.resource), calls.map((c) => c.token.toString()), calls.map((c) => c.id), calls.map((c) => Math.round(c.holdMs)), calls.map((c) => c.now)],
     registration), options)
 
   const unregister = batcher(async (calls: readonly UnregisterCall[]) => {
-    await write(q.unregisterMany, [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.until)])
+    await write(q.unregisterMany, [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.holdMs), calls.map((c) => c.now)])
     return calls.map(() => undefined)
   }, options)
 

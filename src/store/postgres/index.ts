@@ -32,6 +32,7 @@ import type { AuditEntry, AuditLog } from '../attempt-log/types.js'
 import type { OlderWrites, Registration } from '../types.js'
 import { storeCall } from '../call.js'
 import { resolveResult } from '../replies.js'
+import { StoreClock } from '../clock.js'
 import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
 import { migratePostgres, quoted } from './migrate.js'
@@ -60,6 +61,11 @@ export interface PostgresStoreOptions {
   sequence?: WriteSequence
   /** synchronous standbys required (store.replicas); 0 (default): a new timeline counts as state loss */
   replicas?: number
+  /**
+   * where instants come from: 'store' (default) the server's clock_timestamp(), inside every
+   * function; 'caller' the `now` each call passes — for tests that drive time (the conformance suite)
+   */
+  clock?: 'store' | 'caller'
 }
 
 /** A pool that never lets a dropped connection crash the process. */
@@ -101,10 +107,12 @@ export class PostgresStore implements Store {
   readonly sequence: WriteSequence
   /** the timeline followed (./sequence.ts) */
   readonly #timeline: Timeline
+  /** the server's clock against this process's (../clock.ts) */
+  readonly clock: StoreClock
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
   constructor(options: PostgresStoreOptions) {
-    const { url, schema = 'public', pool = 10, statementTimeoutMs = 5000, connectTimeoutMs = 1000, reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000 } = options
+    const { url, schema = 'public', pool = 10, statementTimeoutMs = 5000, connectTimeoutMs = 1000, reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000, clock = 'store' } = options
     this.#auditRetentionMs = auditRetentionMs
     if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) throw new TypeError('options.url must be a postgres:// or postgresql:// URL')
     if (!Number.isInteger(pool) || pool < 1) throw new TypeError('options.pool must be a positive integer')
@@ -116,6 +124,7 @@ export class PostgresStore implements Store {
     this.#timeline = new Timeline((options.replicas ?? 0) === 0, this.sequence)
     this.#write = sequencedQuery(this.#pool, quoted(schema), this.sequence, this.#timeline)
     this.#batches = groupCommit(this.#pool, this.#q, this.#write)
+    this.clock = new StoreClock(async () => Number((await this.#pool.query<{ ms: number }>(this.#q.clock)).rows[0].ms), clock === 'caller')
     this.audit = {
       append: (batch) => this.#auditAppend(batch),
       query: (since, until, route) => this.#auditQuery(since, until, route),
@@ -132,6 +141,7 @@ export class PostgresStore implements Store {
     }
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => {
+        // records and registrations by the server's clock; the attempt log's times are the gateways'
         this.reap(Date.now()).catch(() => { /* next round */ })
         this.reapAudit(Date.now()).catch(() => { /* next round */ })
         this.reapRegistrations(Date.now()).catch(() => { /* next round */ })
@@ -158,6 +168,8 @@ export class PostgresStore implements Store {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
       }
+      await store.clock.measure()
+      store.clock.start()
     } catch (e) {
       if (e instanceof StoreError) throw e
       await store.close()
@@ -206,8 +218,21 @@ export class PostgresStore implements Store {
     return storeCall('postgres', op, this.#closed, fn)
   }
 
+  /** `now` for a function: null (the server's clock), or the caller's with `clock: 'caller'`. */
+  #now(now: number): number | null {
+    return this.clock.now(now) ?? null
+  }
+
+  #localFence(f: FenceResult): FenceResult {
+    return f.since === undefined ? f : { ...f, since: this.clock.toLocal(f.since) }
+  }
+
+  #localClaim(c: ClaimResult): ClaimResult {
+    return c.kind === 'in_flight' ? { ...c, leaseUntil: this.clock.toLocal(c.leaseUntil) } : c
+  }
+
   fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
-    return this.#run('fence', () => this.#batches.fence({ resource, token, now }))
+    return this.#run('fence', async () => this.#localFence(await this.#batches.fence({ resource, token, now: this.#now(now) })))
   }
 
   /**
@@ -217,7 +242,9 @@ export class PostgresStore implements Store {
    *   no claim is held; when it could not be reached or timed out, nothing is known to have changed.
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-    return this.#run('admit', () => this.#batches.admit({ fence, key, req, now }).catch(async (e: unknown) => {
+    return this.#run('admit', () => this.#batches.admit({ fence, key, req, now: this.#now(now) }).then((r) => ({
+      fence: this.#localFence(r.fence), ...(r.claim ? { claim: this.#localClaim(r.claim) } : {}),
+    }), async (e: unknown) => {
       // The transaction rolled the fence back with the failed claim, but every store leaves the
       // fence's decision standing (types.ts `admit`): on a Redis Cluster the fence is on another
       // slot, and nothing may lower a mark (an older token could get in after a newer one was
@@ -225,7 +252,7 @@ export class PostgresStore implements Store {
       // gateways of the previous version still call during a rolling upgrade. Not when the store
       // could not answer (a timeout, a lost connection): what happened is unknown, and a second
       // statement would only wait as well.
-      if (raisedByServer(e)) await this.#batches.fence({ ...fence, now }).catch(() => { /* the admit's error says it */ })
+      if (raisedByServer(e)) await this.#batches.fence({ ...fence, now: this.#now(now) }).catch(() => { /* the admit's error says it */ })
       throw e
     }))
   }
@@ -241,33 +268,33 @@ export class PostgresStore implements Store {
     return this.#run('mark', async () => {
       const { rows } = await this.#pool.query({ ...this.#q.mark, values: [resource] })
       if (!rows.length) return undefined
-      return rows[0].since === null ? { highest: BigInt(rows[0].highest) } : { highest: BigInt(rows[0].highest), since: Number(rows[0].since) }
+      return rows[0].since === null ? { highest: BigInt(rows[0].highest) } : { highest: BigInt(rows[0].highest), since: this.clock.toLocal(Number(rows[0].since)) }
     })
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#run('claim', () => this.#batches.claim({ key, req, now }))
+    return this.#run('claim', async () => this.#localClaim(await this.#batches.claim({ key, req, now: this.#now(now) })))
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', () => this.#batches.settle({ key, claimId, done, expiresAt: now + ttlMs }))
+    return this.#run('finish', () => this.#batches.settle({ key, claimId, done, ttlMs, now: this.#now(now) }))
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#run('release', () => this.#batches.settle({ key, claimId }))
+    return this.#run('release', () => this.#batches.settle({ key, claimId, now: null }))
   }
 
   /** One guarded UPDATE, outside the group commit: renewals are rare (a quarter lease apart). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
     return this.#run('renew', async () => {
-      const { rowCount } = await this.#pool.query({ ...this.#q.renew, values: [now + leaseMs, key.route, key.scope, key.key, claimId] })
+      const { rowCount } = await this.#pool.query({ ...this.#q.renew, values: [Math.round(leaseMs), key.route, key.scope, key.key, claimId, this.#now(now)] })
       return (rowCount ?? 0) > 0
     })
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', async () => {
-      const { rows } = await this.#write<{ o_kind: string; o_reason: string | null; o_state: string | null }>(this.#q.resolve, [key.route, key.scope, key.key, as, now, now + ttlMs])
+      const { rows } = await this.#write<{ o_kind: string; o_reason: string | null; o_state: string | null }>(this.#q.resolve, [key.route, key.scope, key.key, as, this.#now(now), Math.round(ttlMs)])
       const r = rows[0]
       return resolveResult(r.o_kind, r.o_kind === 'refused' ? r.o_state : r.o_reason)
     })
@@ -293,13 +320,13 @@ export class PostgresStore implements Store {
     return this.#run('unknowns', async () => {
       const { rows } = await this.#pool.query<{ route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string }>({
         ...this.#q.unknowns,
-        values: [now, route ?? null, limit],
+        values: [this.#now(now), route ?? null, limit],
       })
       return rows.map((r) => ({
         key: { route: r.route, scope: r.scope, key: r.key },
         reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
-        leaseUntil: Number(r.lease_until),
-        expiresAt: Number(r.expires_at),
+        leaseUntil: Number(r.lease_until) && this.clock.toLocal(Number(r.lease_until)),
+        expiresAt: this.clock.toLocal(Number(r.expires_at)),
       }))
     })
   }
@@ -312,7 +339,8 @@ export class PostgresStore implements Store {
 
   /**
    * Deletes expired records, `batch` at a time, at most `maxBatches` batches; returns how many.
-   * Rows another transaction holds are skipped, not waited for.
+   * Rows another transaction holds are skipped, not waited for. Expired by the server's clock
+   * (`now` counts only with `clock: 'caller'`).
    */
   reap(now: number, batch = 1000, maxBatches = 10): Promise<number> {
     return this.#reapIn(this.#q.reap, now, batch, maxBatches)
@@ -321,7 +349,7 @@ export class PostgresStore implements Store {
   async #reapIn(query: Named, now: number, batch: number, maxBatches: number): Promise<number> {
     let total = 0
     for (let i = 0; i < maxBatches && !this.#closed; i++) {
-      const { rowCount } = await this.#pool.query({ ...query, values: [now, batch] })
+      const { rowCount } = await this.#pool.query({ ...query, values: [this.#now(now), batch] })
       total += rowCount ?? 0
       if ((rowCount ?? 0) < batch) break
     }
@@ -332,22 +360,27 @@ export class PostgresStore implements Store {
 
   /** See `Store.register` and registrationsSchemaSql (./sql.ts). Group-committed like the fences. */
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
-    return this.#run('register', () => this.#batches.register({ resource, token, id, deadline, now }).catch((e) => { throw registrationsMissing(e) }))
+    return this.#run('register', async () => {
+      const r = await this.#batches.register({ resource, token, id, holdMs: deadline - now, now: this.#now(now) }).catch((e) => { throw registrationsMissing(e) })
+      return r.registered && r.oldest !== undefined ? { ...r, until: this.clock.toLocal(r.until) } : r
+    })
   }
 
   olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
     return this.#run('older_registered', async () => {
       const { rows } = await this.#pool.query<{ oldest: string | null; until: string }>({
         ...this.#q.olderRegistered,
-        values: [resource, token.toString(), now],
+        values: [resource, token.toString(), this.#now(now)],
       }).catch((e) => { throw registrationsMissing(e) })
       const r = rows[0]
-      return r.oldest === null ? { until: 0 } : { oldest: BigInt(r.oldest), until: Number(r.until) }
+      return r.oldest === null ? { until: 0 } : { oldest: BigInt(r.oldest), until: this.clock.toLocal(Number(r.until)) }
     })
   }
 
   unregister(resource: string, id: string, until = 0): Promise<void> {
-    return this.#run('unregister', () => this.#batches.unregister({ resource, id, until: Math.max(0, Math.floor(until)) }).catch((e) => { throw registrationsMissing(e) }))
+    const now = Date.now()
+    return this.#run('unregister', () => this.#batches.unregister({ resource, id, holdMs: until > 0 ? Math.floor(until - now) : null, now: this.#now(now) })
+      .catch((e) => { throw registrationsMissing(e) }))
   }
 
   /** Deletes expired registrations (a crashed replica's), `batch` at a time, skipping rows another transaction holds. */
@@ -365,6 +398,7 @@ export class PostgresStore implements Store {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.clock.stop()
     if (this.#reaper) clearInterval(this.#reaper)
     await this.#pool.end().catch(() => {})
   }

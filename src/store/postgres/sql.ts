@@ -6,6 +6,12 @@
  * The functions carry a version in their names: a function's name, arguments and answer columns
  * never change once released, because gateways of the previous version call them during a rolling
  * upgrade (the v1 fence and admit batches stay for those). A change is a new `_vN` beside the old.
+ *
+ * Clock: the functions this version calls take every instant from the server — fg_now_ms_v1(),
+ * `clock_timestamp()` as epoch ms, read when the statement gets to that call (after any row lock
+ * it waited for) — and the gateway passes durations: a lease, a ttl, how long a registration
+ * holds. Each takes a `now` too, NULL but for tests that drive time themselves (the store's
+ * `clock: 'caller'`). The older functions kept for rolling upgrades still take the caller's.
  */
 import { AUDIT_COLUMNS, auditQuerySql } from '../attempt-log/sql.js'
 
@@ -71,11 +77,16 @@ BEGIN
 END
 $fn$;
 
--- the check-and-set; a mark it raises keeps p_now as its since (o_raised)
+-- the server's clock, epoch ms: when the statement gets here, not when it began
+CREATE OR REPLACE FUNCTION ${s}.fg_now_ms_v1() RETURNS bigint
+LANGUAGE sql VOLATILE AS $fn$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $fn$;
+
+-- the check-and-set; a mark it raises keeps p_now as its since (o_raised); p_now NULL: the server's clock
 CREATE OR REPLACE FUNCTION ${s}.fg_fence_v2(p_resource text, p_token bigint, p_now bigint,
   OUT o_accepted boolean, OUT o_highest text, OUT o_since bigint, OUT o_raised boolean)
 LANGUAGE plpgsql AS $fn$
 BEGIN
+  p_now := coalesce(p_now, ${s}.fg_now_ms_v1());
   INSERT INTO ${s}.fg_fences_v1 AS f (resource, highest, since) VALUES (p_resource, p_token, p_now)
   ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest, since = excluded.since WHERE f.highest < excluded.highest
   RETURNING f.highest::text, f.since INTO o_highest, o_since;
@@ -149,6 +160,21 @@ BEGIN
       lease_until = p_lease, expires_at = p_exp, status = NULL, headers = NULL, body = NULL, reason = NULL
       WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
   END IF;
+END
+$fn$;
+
+-- v2: the lease and the ttl as durations from the server's clock (p_now NULL) or from p_now
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_v2(
+  p_route text, p_scope text, p_key text, p_fp text, p_cid text,
+  p_lease_ms bigint, p_ttl_ms bigint, p_retry boolean, p_now bigint,
+  OUT o_kind text, OUT o_after text, OUT o_abandoned boolean, OUT o_lease bigint,
+  OUT o_status integer, OUT o_headers text, OUT o_body bytea, OUT o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_now bigint := coalesce(p_now, ${s}.fg_now_ms_v1());
+BEGIN
+  SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+    INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+    FROM ${s}.fg_claim_v1(p_route, p_scope, p_key, p_fp, p_cid, v_now + p_lease_ms, v_now + p_ttl_ms, p_retry, v_now) c;
 END
 $fn$;
 
@@ -270,6 +296,84 @@ BEGIN
 END
 $fn$;
 
+-- v2 of the claim batch and v3 of the admit batch: durations (p_lease_ms, p_ttl_ms) from the
+-- server's clock, read for each call as it runs (p_now NULL), through fg_claim_v2
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_many_v2(
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_kind text, o_after text, o_abandoned boolean, o_lease bigint,
+  o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+      INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+      FROM ${s}.fg_claim_v2(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i]) c;
+    o_i := v_i;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION ${s}.fg_admit_many_v3(
+  p_resources text[], p_tokens bigint[],
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_since bigint, o_raised boolean, o_kind text, o_after text, o_abandoned boolean,
+  o_lease bigint, o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_accepted boolean[] := '{}';
+  v_highest text[] := '{}';
+  v_since bigint[] := '{}';
+  v_raised boolean[] := '{}';
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest, f.o_since, f.o_raised INTO o_accepted, o_highest, o_since, o_raised
+      FROM ${s}.fg_fence_v2(p_resources[v_i], p_tokens[v_i], p_now[v_i]) f;
+    v_accepted[v_i] := o_accepted;
+    v_highest[v_i] := o_highest;
+    v_since[v_i] := o_since;
+    v_raised[v_i] := o_raised;
+  END LOOP;
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_accepted := v_accepted[v_i]; o_highest := v_highest[v_i]; o_since := v_since[v_i]; o_raised := v_raised[v_i];
+    o_kind := NULL; o_after := NULL; o_abandoned := NULL; o_lease := NULL; o_status := NULL; o_headers := NULL; o_body := NULL; o_reason := NULL;
+    IF o_accepted THEN
+      SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+        INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+        FROM ${s}.fg_claim_v2(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i]) c;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+-- v2 of settle: a finish keeps the record p_ttl_ms from the server's clock (p_now NULL)
+CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v2(
+  p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_ttl_ms bigint[],
+  p_status integer[], p_headers text[], p_body bytea[], p_reason text[], p_now bigint[])
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    IF p_state[v_i] IS NULL THEN
+      DELETE FROM ${s}.fg_records_v1 t
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    ELSE
+      UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0,
+        expires_at = coalesce(p_now[v_i], ${s}.fg_now_ms_v1()) + p_ttl_ms[v_i], status = p_status[v_i],
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i]
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    END IF;
+  END LOOP;
+  RETURN coalesce(array_length(p_route, 1), 0);
+END
+$fn$;
+
 -- finish (p_state set) or release (p_state NULL) of claims still held by p_cid
 CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v1(
   p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_exp bigint[],
@@ -335,6 +439,52 @@ BEGIN
 END
 $fn$;
 
+-- v2: the deadline as a duration from the server's clock (p_now NULL), read under the mark's lock
+CREATE OR REPLACE FUNCTION ${s}.fg_register_many_v2(p_resources text[], p_tokens bigint[], p_ids text[], p_hold_ms bigint[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_registered boolean, o_highest text, o_oldest text, o_until bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_highest bigint;
+  v_now bigint;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    o_i := v_i; o_highest := NULL; o_oldest := NULL; o_until := 0;
+    SELECT f.highest INTO v_highest FROM ${s}.fg_fences_v1 f WHERE f.resource = p_resources[v_i] FOR SHARE;
+    IF FOUND AND p_tokens[v_i] < v_highest THEN
+      o_registered := false; o_highest := v_highest::text;
+    ELSE
+      v_now := coalesce(p_now[v_i], ${s}.fg_now_ms_v1());
+      INSERT INTO ${s}.fg_registrations_v1 AS w (resource, id, token, deadline)
+        VALUES (p_resources[v_i], p_ids[v_i], p_tokens[v_i], v_now + p_hold_ms[v_i])
+        ON CONFLICT (resource, id) DO UPDATE SET token = excluded.token, deadline = excluded.deadline;
+      o_registered := true;
+      SELECT min(w.token)::text, coalesce(max(w.deadline), 0) INTO o_oldest, o_until FROM ${s}.fg_registrations_v1 w
+        WHERE w.resource = p_resources[v_i] AND w.token < p_tokens[v_i] AND w.deadline > v_now;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
+-- v2: deletes each registration (p_hold_ms NULL), or keeps it p_hold_ms from the server's clock (p_now NULL)
+CREATE OR REPLACE FUNCTION ${s}.fg_unregister_many_v2(p_resources text[], p_ids text[], p_hold_ms bigint[], p_now bigint[])
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources, p_ids) WITH ORDINALITY AS t(r, d, n) ORDER BY t.r, t.d, t.n LOOP
+    IF p_hold_ms[v_i] IS NOT NULL THEN
+      UPDATE ${s}.fg_registrations_v1 w SET deadline = coalesce(p_now[v_i], ${s}.fg_now_ms_v1()) + p_hold_ms[v_i]
+        WHERE w.resource = p_resources[v_i] AND w.id = p_ids[v_i];
+    ELSE
+      DELETE FROM ${s}.fg_registrations_v1 w WHERE w.resource = p_resources[v_i] AND w.id = p_ids[v_i];
+    END IF;
+  END LOOP;
+  RETURN coalesce(array_length(p_resources, 1), 0);
+END
+$fn$;
+
 -- deletes each registration, or (p_until > 0) keeps it until then
 CREATE OR REPLACE FUNCTION ${s}.fg_unregister_many_v1(p_resources text[], p_ids text[], p_until bigint[])
 RETURNS integer
@@ -376,33 +526,41 @@ export function queries(s: string) {
     markers: `SELECT name, value FROM ${s}.fg_meta_v1 WHERE name IN ('epoch', 'accepted')`,
     acceptEpoch: `INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('accepted', $1) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
     /**
-     * true when the newest piece of the schema is there: the v2 fence and admit batches (with the
-     * marks' since and the attempt log's upstream_ms, late_ms and highest_token, made by the same
-     * migration); $1 is the qualified name of fg_admit_many_v2, $2 the schema's bare name
+     * true when the newest piece of the schema is there: the v3 admit batch (the server's clock;
+     * made by the same migration as the marks' since and the attempt log's upstream_ms, late_ms
+     * and highest_token); $1 is the qualified name of fg_admit_many_v3, $2 the schema's bare name
      */
     upToDate: `SELECT to_regproc($1) IS NOT NULL AND EXISTS (SELECT 1 FROM information_schema.columns
         WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'highest_token') AS ok`,
-    admitManyName: `${s}.fg_admit_many_v2`,
+    admitManyName: `${s}.fg_admit_many_v3`,
+    /** the server's clock, epoch ms (../clock.ts measures the offset with it) */
+    clock: named('fg_clock', 'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms'),
     ping: named('fg_ping', `SELECT 1 FROM ${s}.fg_meta_v1 LIMIT 1`),
 
     // high-water marks
     highest: named('fg_highest', `SELECT highest::text AS highest FROM ${s}.fg_fences_v1 WHERE resource = $1`),
     mark: named('fg_mark', `SELECT highest::text AS highest, since FROM ${s}.fg_fences_v1 WHERE resource = $1`),
 
+    // every now below is $n::bigint, NULL for the server's clock (fg_now_ms_v1)
+
     // the request path's batches (./batches.ts): one call of a *_many function each
     fenceMany: named('fg_fence_many_v2', `SELECT o_i, o_accepted, o_highest, o_since, o_raised FROM ${s}.fg_fence_many_v2($1::text[], $2::bigint[], $3::bigint[])`),
-    claimMany: named('fg_claim_many', `SELECT * FROM ${s}.fg_claim_many_v1($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint[])`),
-    admitMany: named('fg_admit_many_v2', `SELECT * FROM ${s}.fg_admit_many_v2($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`),
-    settleMany: named('fg_settle_many', `SELECT ${s}.fg_settle_many_v1($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[])`),
+    claimMany: named('fg_claim_many_v2', `SELECT * FROM ${s}.fg_claim_many_v2($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint[])`),
+    admitMany: named('fg_admit_many_v3', `SELECT * FROM ${s}.fg_admit_many_v3($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`),
+    settleMany: named('fg_settle_many_v2', `SELECT ${s}.fg_settle_many_v2($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[], $11::bigint[])`),
 
     // idempotency records off the group commit
-    renew: named('fg_renew', `UPDATE ${s}.fg_records_v1 SET lease_until = $1 WHERE route = $2 AND scope = $3 AND key = $4 AND claim_id = $5 AND state = 'in_flight'`),
-    resolve: named('fg_resolve', `SELECT * FROM ${s}.fg_resolve_v1($1, $2, $3, $4, $5, $6)`),
-    unknowns: named('fg_unknowns', `SELECT route, scope, key, state, reason, lease_until, expires_at FROM ${s}.fg_records_v1
-          WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= $1) AND expires_at > $1
+    /** $1 leaseMs, $6 now */
+    renew: named('fg_renew_v2', `UPDATE ${s}.fg_records_v1 SET lease_until = coalesce($6::bigint, ${s}.fg_now_ms_v1()) + $1
+          WHERE route = $2 AND scope = $3 AND key = $4 AND claim_id = $5 AND state = 'in_flight'`),
+    /** $5 now, $6 ttlMs */
+    resolve: named('fg_resolve_v2', `SELECT r.* FROM (SELECT coalesce($5::bigint, ${s}.fg_now_ms_v1()) AS n) t, ${s}.fg_resolve_v1($1, $2, $3, $4, t.n, t.n + $6::bigint) r`),
+    unknowns: named('fg_unknowns_v2', `SELECT route, scope, key, state, reason, lease_until, expires_at FROM ${s}.fg_records_v1,
+            (SELECT coalesce($1::bigint, ${s}.fg_now_ms_v1()) AS n) t
+          WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= t.n) AND expires_at > t.n
             AND ($2::text IS NULL OR route = $2) LIMIT $3`),
-    reap: named('fg_reap', `DELETE FROM ${s}.fg_records_v1 WHERE (route, scope, key) IN (
-          SELECT route, scope, key FROM ${s}.fg_records_v1 WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`),
+    reap: named('fg_reap_v2', `DELETE FROM ${s}.fg_records_v1 WHERE (route, scope, key) IN (
+          SELECT route, scope, key FROM ${s}.fg_records_v1 WHERE expires_at <= coalesce($1::bigint, ${s}.fg_now_ms_v1()) LIMIT $2 FOR UPDATE SKIP LOCKED)`),
 
     // the attempt log (its SQL, shared with SQLite: ../attempt-log/sql.ts)
     auditTable: `${s}.fg_audit_v1`,
@@ -417,12 +575,12 @@ export function queries(s: string) {
     auditReap: named('fg_audit_reap', `DELETE FROM ${s}.fg_audit_v1 WHERE time < $1`),
 
     // fencing.serialize: store
-    registerMany: named('fg_register_many', `SELECT * FROM ${s}.fg_register_many_v1($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[])`),
-    unregisterMany: named('fg_unregister_many', `SELECT ${s}.fg_unregister_many_v1($1::text[], $2::text[], $3::bigint[])`),
-    olderRegistered: named('fg_older_registered', `SELECT min(token)::text AS oldest, coalesce(max(deadline), 0)::text AS until FROM ${s}.fg_registrations_v1
-          WHERE resource = $1 AND token < $2 AND deadline > $3`),
-    registrationsReap: named('fg_registrations_reap', `DELETE FROM ${s}.fg_registrations_v1 WHERE (resource, id) IN (
-          SELECT resource, id FROM ${s}.fg_registrations_v1 WHERE deadline <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`),
+    registerMany: named('fg_register_many_v2', `SELECT * FROM ${s}.fg_register_many_v2($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[])`),
+    unregisterMany: named('fg_unregister_many_v2', `SELECT ${s}.fg_unregister_many_v2($1::text[], $2::text[], $3::bigint[], $4::bigint[])`),
+    olderRegistered: named('fg_older_registered_v2', `SELECT min(token)::text AS oldest, coalesce(max(deadline), 0)::text AS until FROM ${s}.fg_registrations_v1
+          WHERE resource = $1 AND token < $2 AND deadline > coalesce($3::bigint, ${s}.fg_now_ms_v1())`),
+    registrationsReap: named('fg_registrations_reap_v2', `DELETE FROM ${s}.fg_registrations_v1 WHERE (resource, id) IN (
+          SELECT resource, id FROM ${s}.fg_registrations_v1 WHERE deadline <= coalesce($1::bigint, ${s}.fg_now_ms_v1()) LIMIT $2 FOR UPDATE SKIP LOCKED)`),
   }
 }
 

@@ -27,11 +27,11 @@ import { randomUUID } from 'node:crypto'
 import type { Cluster } from 'ioredis'
 import { storeCall } from '../call.js'
 import { asReason, resolveResult } from '../replies.js'
-import { olderOf, type Registered } from '../registrations.js'
 import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../types.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
-import { createClient, masters, type Conn } from './connection.js'
+import { StoreClock } from '../clock.js'
+import { callScript, createClient, masters, type Conn } from './connection.js'
 import { KeyNames } from './keys.js'
 import { ReplicaShortfall, Writer } from './replicas.js'
 import { WriteSequence } from '../sequence.js'
@@ -66,7 +66,15 @@ export interface RedisStoreOptions {
    * before that; this only bounds what is left running.
    */
   commandTimeoutMs?: number
+  /**
+   * where instants come from: 'store' (default) the server's TIME, inside every script; 'caller'
+   * the `now` each call passes — for tests that drive time through it (the conformance suite)
+   */
+  clock?: 'store' | 'caller'
 }
+
+/** TIME's answer (seconds, microseconds) as epoch ms. */
+const timeOf = ([sec, usec]: (number | string)[]): number => Number(sec) * 1000 + Math.floor(Number(usec) / 1000)
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const
@@ -88,6 +96,8 @@ export class RedisStore implements Store {
   readonly #history: ReplicationHistory
   /** the check after a reconnection, which every call waits for */
   #verifying?: Promise<void>
+  /** the server's clock against this process's (../clock.ts); on a cluster, the master furthest off */
+  readonly clock: StoreClock
 
   /**
    * Use `RedisStore.open`, which also waits for the first connection.
@@ -96,7 +106,7 @@ export class RedisStore implements Store {
   constructor(options: RedisStoreOptions) {
     const {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
-      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000,
+      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store',
     } = options
     const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : []
     if (!urls.length || !urls.every((u) => /^rediss?:\/\//.test(u))) throw new TypeError('options.url must be a redis:// or rediss:// URL (several, comma-separated, for a cluster)')
@@ -123,6 +133,7 @@ export class RedisStore implements Store {
       // runs, make sure this is the primary the gateway knew, or one that may lack nothing
       if (!cluster && this.epoch) this.#verifying ??= this.#checkHistory('reconnect').finally(() => { this.#verifying = undefined })
     })
+    this.clock = new StoreClock(() => this.#serverTime(), clock === 'caller')
     this.audit = streamLog(this.#redis, this.#keys.audit, auditRetentionMs, (op, fn) => this.#run(op, fn))
   }
 
@@ -159,6 +170,8 @@ export class RedisStore implements Store {
         // some: a master lost its data) are left for markers() to report
         if (copies.every((c) => c === null)) await Promise.all(keys.markers.map((k) => r.set(k, store.epoch, 'NX')))
       }
+      await store.clock.measure()
+      store.clock.start()
     } catch (e) {
       r.disconnect()
       const last = store.#lastError && store.#lastError.message !== (e as Error).message ? ` (last error: ${store.#lastError.message})` : ''
@@ -223,6 +236,32 @@ export class RedisStore implements Store {
   }
 
   /**
+   * The server's TIME, epoch ms; on a cluster, the master whose clock is furthest from this
+   * process's (each master keeps the leases of its own slots).
+   */
+  async #serverTime(): Promise<number> {
+    const readings = await Promise.all(masters(this.#redis, this.cluster).map(async (n) => timeOf(await n.time())))
+    const here = Date.now()
+    return readings.reduce((far, t) => (Math.abs(t - here) > Math.abs(far - here) ? t : far))
+  }
+
+  /** `now` as a script's argument: '' (the server's TIME), or the caller's with `clock: 'caller'`. */
+  #now(now: number): string {
+    const n = this.clock.now(now)
+    return n === undefined ? '' : String(n)
+  }
+
+  /** A claim's answer with its instants on this process's clock. */
+  #localClaim(c: ClaimResult): ClaimResult {
+    return c.kind === 'in_flight' ? { ...c, leaseUntil: this.clock.toLocal(c.leaseUntil) } : c
+  }
+
+  /** A fence's answer with `since` on this process's clock. */
+  #localFence(f: FenceResult): FenceResult {
+    return f.since === undefined ? f : { ...f, since: this.clock.toLocal(f.since) }
+  }
+
+  /**
    * Refuses after `close`; waits for the check after a reconnection; wraps what Redis threw as
    * StoreError, "not connected (…)" while the client is not ready.
    */
@@ -236,8 +275,8 @@ export class RedisStore implements Store {
   // -------------------------------------------------------------- fencing
 
   fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
-    return this.#run('fence', async () => fenceOf(await this.#writer.write<FenceReply>('fence', SCRIPTS.fgFence, this.#keys.fence(resource),
-      [token.toString(), this.#replicas ? '1' : '0', String(now)], false, (x) => Number(x[0]) === 1)))
+    return this.#run('fence', async () => this.#localFence(fenceOf(await this.#writer.write<FenceReply>('fence', SCRIPTS.fgFence, this.#keys.fence(resource),
+      [token.toString(), this.#replicas ? '1' : '0', this.#now(now)], false, (x) => Number(x[0]) === 1))))
   }
 
   highest(resource: string): Promise<bigint | undefined> {
@@ -253,7 +292,7 @@ export class RedisStore implements Store {
       const [v, s] = await this.#redis.mget(...this.#keys.fence(resource))
       if (v === null) return undefined
       const sp = s?.indexOf(' ') ?? -1
-      return sp > 0 && s!.slice(0, sp) === v ? { highest: BigInt(v), since: Number(s!.slice(sp + 1)) } : { highest: BigInt(v) }
+      return sp > 0 && s!.slice(0, sp) === v ? { highest: BigInt(v), since: this.clock.toLocal(Number(s!.slice(sp + 1))) } : { highest: BigInt(v) }
     })
   }
 
@@ -266,7 +305,7 @@ export class RedisStore implements Store {
   /** CLAIM, waited for when it claimed; a claim the replicas did not acknowledge is given back. */
   async #claim(op: string, key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
     try {
-      return claimOf(await this.#writer.write<ClaimReply>(op, SCRIPTS.fgClaim, [this.#keys.record(key)], claimArgs(req, now), true, (r) => r[0].toString() === 'claimed'))
+      return this.#localClaim(claimOf(await this.#writer.write<ClaimReply>(op, SCRIPTS.fgClaim, [this.#keys.record(key)], claimArgs(req, this.#now(now)), true, (r) => r[0].toString() === 'claimed')))
     } catch (e) {
       if (e instanceof ReplicaShortfall) await this.#giveBack(key, req, now, claimOf(e.result as ClaimReply))
       throw e
@@ -289,10 +328,10 @@ export class RedisStore implements Store {
       if (!this.cluster) {
         try {
           const [fenceKey, sinceKey] = this.#keys.fence(fence.resource)
-          const r = await this.#writer.write<AdmitReply>('admit', SCRIPTS.fgAdmit, [fenceKey, this.#keys.record(key), sinceKey], [fence.token.toString(), ...claimArgs(req, now)], true,
+          const r = await this.#writer.write<AdmitReply>('admit', SCRIPTS.fgAdmit, [fenceKey, this.#keys.record(key), sinceKey], [fence.token.toString(), ...claimArgs(req, this.#now(now))], true,
             (x) => Number(x[0]) === 1 && x[4].toString() === 'claimed')
-          const fenced = fenceOf([r[0], r[1], r[2], r[3]])
-          return fenced.accepted ? { fence: fenced, claim: claimOf(r.slice(4) as ClaimReply) } : { fence: fenced }
+          const fenced = this.#localFence(fenceOf([r[0], r[1], r[2], r[3]]))
+          return fenced.accepted ? { fence: fenced, claim: this.#localClaim(claimOf(r.slice(4) as ClaimReply)) } : { fence: fenced }
         } catch (e) {
           if (e instanceof ReplicaShortfall) {
             const x = e.result as AdmitReply
@@ -301,11 +340,11 @@ export class RedisStore implements Store {
           throw e
         }
       }
-      const fenceArgs = [fence.token.toString(), this.#replicas ? '1' : '0', String(now)]
+      const fenceArgs = [fence.token.toString(), this.#replicas ? '1' : '0', this.#now(now)]
       const sent = this.#replicas
         ? await this.#writer.send<FenceReply>(SCRIPTS.fgFence, this.#keys.fence(fence.resource), fenceArgs, false)
         : { conn: this.#redis, result: await this.#writer.call<FenceReply>(SCRIPTS.fgFence, this.#keys.fence(fence.resource), fenceArgs, false) }
-      const fenced = fenceOf(sent.result)
+      const fenced = this.#localFence(fenceOf(sent.result))
       if (!fenced.accepted) return { fence: fenced }
       const fenceAcked = this.#replicas ? this.#writer.acked('admit', sent.conn, sent.result) : undefined
       fenceAcked?.catch(() => { /* read below, or moot */ })
@@ -331,14 +370,14 @@ export class RedisStore implements Store {
     if (claimed.kind !== 'claimed') return
     const k = this.#keys.record(key)
     await (claimed.after
-      ? this.#writer.call(SCRIPTS.fgFinish, [k], [req.claimId, 'unknown', String(now + req.ttlMs), String(Math.max(1, req.ttlMs)), '', '', '', claimed.after], false)
+      ? this.#writer.call(SCRIPTS.fgFinish, [k], [req.claimId, 'unknown', this.#now(now), String(Math.max(1, req.ttlMs)), '', '', '', claimed.after], false)
       : this.#writer.call(SCRIPTS.fgRelease, [k], [req.claimId], false)).catch(() => { /* the lease ends it: an unknown outcome (crash) */ })
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
     return this.#run('finish', async () => {
       const status = done.kind === 'completed' ? String(done.response.status) : done.kind === 'not_stored' ? String(done.status) : ''
-      await this.#writer.write<number>('finish', SCRIPTS.fgFinish, [this.#keys.record(key)], [claimId, done.kind, String(now + ttlMs), String(Math.max(1, ttlMs)), status,
+      await this.#writer.write<number>('finish', SCRIPTS.fgFinish, [this.#keys.record(key)], [claimId, done.kind, this.#now(now), String(Math.max(1, ttlMs)), status,
         done.kind === 'completed' ? JSON.stringify(done.response.headers) : '',
         done.kind === 'completed' ? done.response.body : '',
         done.kind === 'unknown' ? done.reason : ''], false, (n) => Number(n) === 1)
@@ -347,7 +386,7 @@ export class RedisStore implements Store {
 
   /** No WAIT: a renewal lost in a failover only ends the lease sooner (an unknown outcome, reason crash). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', async () => Number(await this.#writer.call<number>(SCRIPTS.fgRenew, [this.#keys.record(key)], [claimId, String(now + leaseMs)], false, 'renew')) === 1)
+    return this.#run('renew', async () => Number(await this.#writer.call<number>(SCRIPTS.fgRenew, [this.#keys.record(key)], [claimId, String(Math.max(0, Math.round(leaseMs))), this.#now(now)], false, 'renew')) === 1)
   }
 
   release(key: RecordKey, claimId: string): Promise<void> {
@@ -358,7 +397,7 @@ export class RedisStore implements Store {
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', async () => {
-      const [kind, detail] = (await this.#writer.write<(string | Buffer)[]>('resolve', SCRIPTS.fgResolve, [this.#keys.record(key)], [as, String(now), String(now + ttlMs), String(Math.max(1, ttlMs))], false,
+      const [kind, detail] = (await this.#writer.write<(string | Buffer)[]>('resolve', SCRIPTS.fgResolve, [this.#keys.record(key)], [as, this.#now(now), String(Math.max(1, ttlMs))], false,
         (x) => x[0].toString() === 'resolved')).map(String)
       return resolveResult(kind, detail)
     })
@@ -375,7 +414,8 @@ export class RedisStore implements Store {
       const match = this.#keys.records(route)
       const out: UnknownRecord[] = []
       const seen = new Set<string>()
-      const read = async (keys: string[]) => {
+      // each master's records against that master's clock
+      const read = async (keys: string[], now: number) => {
         const fresh = keys.filter((k) => !seen.has(k))
         for (const k of fresh) seen.add(k)
         if (!fresh.length) return
@@ -386,15 +426,16 @@ export class RedisStore implements Store {
           if (expiresAt <= now) continue
           const crashed = state === 'in_flight' && leaseUntil <= now
           if (state !== 'unknown' && !crashed) continue
-          out.push({ key: this.#keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil, expiresAt })
+          out.push({ key: this.#keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil: leaseUntil && this.clock.toLocal(leaseUntil), expiresAt: this.clock.toLocal(expiresAt) })
         }
       }
       for (const node of masters(this.#redis, this.cluster)) {
+        const nodeNow = this.clock.caller ? now : timeOf(await node.time())
         let cursor = '0'
         do {
           const [next, keys] = await node.scan(cursor, 'MATCH', match, 'COUNT', 1000)
           cursor = next
-          await read(keys)
+          await read(keys, nodeNow)
         } while (cursor !== '0' && out.length < limit)
         if (out.length >= limit) break
       }
@@ -408,30 +449,26 @@ export class RedisStore implements Store {
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
     return this.#run('register', async () => {
       const r = await this.#writer.write<[number, string, number]>('register', SCRIPTS.fgRegister, [this.#keys.mark(resource), this.#keys.registrations(resource)],
-        [token.toString(), id, String(deadline), String(now)], false, (x) => Number(x[0]) === 1)
+        [token.toString(), id, String(Math.max(0, Math.round(deadline - now))), this.#now(now)], false, (x) => Number(x[0]) === 1)
       if (Number(r[0]) !== 1) return { registered: false, highest: BigInt(String(r[1])) }
       const oldest = String(r[1])
-      return oldest === '' ? { registered: true, until: 0 } : { registered: true, oldest: BigInt(oldest), until: Number(r[2]) }
+      return oldest === '' ? { registered: true, until: 0 } : { registered: true, oldest: BigInt(oldest), until: this.clock.toLocal(Number(r[2])) }
     })
   }
 
-  /** One HGETALL, read here. */
+  /** OLDER: the registrations read against the server's clock, in one script. */
   olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
     return this.#run('older_registered', async () => {
-      const all = await this.#redis.hgetall(this.#keys.registrations(resource))
-      const writes: Registered[] = []
-      for (const v of Object.values(all)) {
-        const sp = v.indexOf(' ')
-        if (sp > 0) writes.push({ token: BigInt(v.slice(0, sp)), deadline: Number(v.slice(sp + 1)) })
-      }
-      return olderOf(writes, token, now)
+      const [oldest, until] = (await callScript<(string | Buffer)[]>(this.#redis, SCRIPTS.fgOlder, [this.#keys.registrations(resource)], [token.toString(), this.#now(now)], false)).map(String)
+      return oldest === '' ? { until: 0 } : { oldest: BigInt(oldest), until: this.clock.toLocal(Number(until)) }
     })
   }
 
   /** A hold (`until`) is waited for like a registration; a deletion is not (one lost in a failover only holds until its deadline). */
   unregister(resource: string, id: string, until = 0): Promise<void> {
     return this.#run('unregister', async () => {
-      await this.#writer.write<number>('unregister', SCRIPTS.fgUnregister, [this.#keys.registrations(resource)], [id, String(Math.max(0, Math.floor(until))), String(Date.now())], false,
+      const now = Date.now()
+      await this.#writer.write<number>('unregister', SCRIPTS.fgUnregister, [this.#keys.registrations(resource)], [id, until > 0 ? String(Math.floor(until - now) || 1) : '0', this.#now(now)], false,
         (n) => until > 0 && Number(n) === 1)
     })
   }
@@ -455,6 +492,7 @@ export class RedisStore implements Store {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.clock.stop()
     await this.#redis.quit().catch(() => this.#redis.disconnect())
   }
 }

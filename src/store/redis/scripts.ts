@@ -11,6 +11,13 @@
  * Tokens go to Lua as decimal strings and are compared by length, then byte by byte: Lua
  * numbers are doubles and would round above 2^53. Times are epoch ms: doubles hold them exactly.
  *
+ * Clock: every instant a guarantee depends on — a lease's start and end, a record's expiry, a
+ * registration's deadline, a mark's `since` — is read inside the script, from the server's
+ * `TIME`, so gateways whose clocks disagree still agree on when a lease ends (as Redis's own key
+ * expiry does). Callers pass durations; the one argument `now` is '' except for tests that drive
+ * time themselves (the store's `clock: 'caller'`). Redis 5+ replicates a script by its effects,
+ * so `TIME` followed by writes is allowed.
+ *
  * A Lua runtime error (a key of another type, a command the ACL user may not run, a malformed
  * field) stops a script but does not undo what it wrote before it. CLAIM makes every read and
  * check before its first write, so ADMIT whose claim step fails holds no claim, and what its
@@ -19,6 +26,16 @@
 import { createHash } from 'node:crypto'
 import { claimResult, fenceResult } from '../replies.js'
 import type { ClaimRequest, ClaimResult, FenceResult } from '../types.js'
+
+// Lua: the instant of this script, epoch ms: the caller's \`now\` when it passes one (tests), else
+// the server's TIME. Written out with %.0f: tostring would switch to exponent notation.
+const NOW = `local function clock(given)
+  if given and given ~= '' then return tonumber(given) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function ms(x) return string.format('%.0f', x) end
+`
 
 // Lua: a < b for canonical decimal strings (tokens up to 2^63-1, beyond Lua's exact numbers):
 // the shorter is smaller, then byte by byte. Shared by the scripts that compare tokens.
@@ -34,9 +51,9 @@ end
 
 // KEYS[1] = fence key, KEYS[2] = its since key; ARGV[1] = token (canonical decimal), ARGV[2] =
 // '1': rewrite an equal mark (a write, so that a WAIT after it covers the mark), ARGV[3] = now
-// (epoch ms). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
+// ('' : the server's clock). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
 const FENCE = `
-${DECIMAL_LT}local function since(mark)
+${DECIMAL_LT}${NOW}local function since(mark)
   local v = redis.call('GET', KEYS[2])
   if not v then return '' end
   local sp = string.find(v, ' ', 1, true)
@@ -52,12 +69,13 @@ if cur then
     return {1, cur, since(cur), 0}
   end
 end
+local now = ms(clock(ARGV[3]))
 redis.call('SET', KEYS[1], t)
-redis.call('SET', KEYS[2], t .. ' ' .. ARGV[3])
-return {1, t, ARGV[3], 1}
+redis.call('SET', KEYS[2], t .. ' ' .. now)
+return {1, t, now, 1}
 `
 
-// KEYS[1] = record key; ARGV = fingerprint, claimId, leaseUntil, expiresAt, ttlMs, retry (1|0), now.
+// KEYS[1] = record key; ARGV = fingerprint, claimId, leaseMs, ttlMs, retry (1|0), now ('' : TIME).
 // Answers CLAIM_FIELDS, one a position, '' where the kind has none (abandoned: '1' or '').
 // A claim that finds the record in flight under its own claim id is this very call sent again
 // (a cluster client resends a command whose connection closed before the reply): it answers as
@@ -66,8 +84,9 @@ return {1, t, ARGV[3], 1}
 // limits cannot split a script's writes: Redis refuses a write that may grow memory only while
 // the script has written nothing yet, and never stops it midway (script.c scriptVerifyOOM).
 const CLAIM = `
-local k = KEYS[1]
-local fp, cid, leaseUntil, expiresAt, ttl, retry, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1', tonumber(ARGV[7])
+${NOW}local k = KEYS[1]
+local fp, cid, ttl, retry, now = ARGV[1], ARGV[2], ARGV[4], ARGV[5] == '1', clock(ARGV[6])
+local leaseUntil, expiresAt = ms(now + tonumber(ARGV[3])), ms(now + tonumber(ttl))
 local function answer(a)
   return {a[1], a.after or '', a.abandoned and '1' or '', a.status or '', a.headers or '', a.body or '', a.lease or '', a.reason or ''}
 end
@@ -111,7 +130,7 @@ return answer{'unknown', reason = reason}
 `
 
 // KEYS[1] = fence key, KEYS[2] = record key, KEYS[3] = the fence's since key; ARGV[1] = token,
-// ARGV[2..8] = CLAIM's ARGV (ARGV[8] is now, also the since of a mark FENCE raises).
+// ARGV[2..7] = CLAIM's ARGV (ARGV[7] is now, '' for TIME, also for the since of a mark FENCE raises).
 // FENCE, and CLAIM only when it accepts. Answers FENCE's four fields, then — when it accepted —
 // CLAIM's. Its two keys hash to two cluster slots: one Redis (with replicas) runs it; on a
 // cluster the store runs FENCE and CLAIM in turn instead. When CLAIM fails (a runtime error)
@@ -124,21 +143,21 @@ end
 local function claim(KEYS, ARGV)
 ${CLAIM}
 end
-local f = fence({KEYS[1], KEYS[3]}, {ARGV[1], '0', ARGV[8]})
+local f = fence({KEYS[1], KEYS[3]}, {ARGV[1], '0', ARGV[7]})
 if f[1] == 0 then return f end
-local c = claim({KEYS[2]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
+local c = claim({KEYS[2]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
 for i = 4, 1, -1 do table.insert(c, 1, f[i]) end
 return c
 `
 
-// KEYS[1] = record key; ARGV = claimId, state, expiresAt, ttlMs, status, headers, body, reason.
+// KEYS[1] = record key; ARGV = claimId, state, now ('' : TIME), ttlMs, status, headers, body, reason.
 // Writes only while the record is in flight under claimId. Returns 1 when written.
 const FINISH = `
-local k = KEYS[1]
+${NOW}local k = KEYS[1]
 local r = redis.call('HMGET', k, 'state', 'cid', 'fp')
 if r[1] ~= 'in_flight' or r[2] ~= ARGV[1] then return 0 end
 redis.call('DEL', k)
-redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', ARGV[3])
+redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', ms(clock(ARGV[3]) + tonumber(ARGV[4])))
 if ARGV[2] == 'completed' then
   redis.call('HSET', k, 'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
 elseif ARGV[2] == 'not_stored' then
@@ -150,11 +169,11 @@ redis.call('PEXPIRE', k, ARGV[4])
 return 1
 `
 
-// KEYS[1] = record key; ARGV = claimId, leaseUntil. 1 when renewed, 0 when no longer held.
+// KEYS[1] = record key; ARGV = claimId, leaseMs, now ('' : TIME). 1 when renewed, 0 when no longer held.
 const RENEW = `
-local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
+${NOW}local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
 if r[1] == 'in_flight' and r[2] == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+  redis.call('HSET', KEYS[1], 'lease', ms(clock(ARGV[3]) + tonumber(ARGV[2])))
   return 1
 end
 return 0
@@ -167,11 +186,11 @@ if r[1] == 'in_flight' and r[2] == ARGV[1] then return redis.call('DEL', KEYS[1]
 return 0
 `
 
-// KEYS[1] = record key; ARGV = as (completed|failed), now, expiresAt, ttlMs.
+// KEYS[1] = record key; ARGV = as (completed|failed), now ('' : TIME), ttlMs.
 // Returns {'resolved', reason} | {'not_found'} | {'refused', state}.
 const RESOLVE = `
-local k = KEYS[1]
-local now = tonumber(ARGV[2])
+${NOW}local k = KEYS[1]
+local now = clock(ARGV[2])
 local r = redis.call('HMGET', k, 'state', 'lease', 'exp', 'reason', 'fp', 'cid')
 local state = r[1]
 if not state or tonumber(r[3]) <= now then return {'not_found'} end
@@ -181,8 +200,8 @@ elseif state == 'in_flight' and tonumber(r[2]) <= now then reason = 'crash'
 else return {'refused', state} end
 redis.call('DEL', k)
 if ARGV[1] == 'completed' then
-  redis.call('HSET', k, 'state', 'not_stored', 'fp', r[5], 'cid', r[6], 'lease', '0', 'exp', ARGV[3], 'status', '0')
-  redis.call('PEXPIRE', k, ARGV[4])
+  redis.call('HSET', k, 'state', 'not_stored', 'fp', r[5], 'cid', r[6], 'lease', '0', 'exp', ms(now + tonumber(ARGV[3])), 'status', '0')
+  redis.call('PEXPIRE', k, ARGV[3])
 end
 return {'resolved', reason}
 `
@@ -196,16 +215,17 @@ return #ARGV - 1
 `
 
 // `fencing.serialize: store` (src/fencing/window.ts). KEYS[1] = fence key, KEYS[2] = the
-// resource's registrations (same hash tag: one slot); ARGV = token, id, deadline, now.
+// resource's registrations (same hash tag: one slot); ARGV = token, id, holdMs (the deadline,
+// from now), now ('' : TIME).
 // Registers `id` unless the mark is above the token — read in the same script, so no fence runs
 // between the read and the write — deletes the expired registrations it comes across, and
 // answers {1, lowest older token ('' none), latest deadline of the older ones (0 none)} or
 // {0, highest}. Safe to run twice (the same id is written again).
 const REGISTER = `
-${DECIMAL_LT}local t, now = ARGV[1], tonumber(ARGV[4])
+${DECIMAL_LT}${NOW}local t, now = ARGV[1], clock(ARGV[4])
 local cur = redis.call('GET', KEYS[1])
 if cur and lt(t, cur) then return {0, cur} end
-redis.call('HSET', KEYS[2], ARGV[2], t .. ' ' .. ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[2], t .. ' ' .. ms(now + tonumber(ARGV[3])))
 local all = redis.call('HGETALL', KEYS[2])
 local oldest, untl, last = false, 0, 0
 for i = 1, #all, 2 do
@@ -223,22 +243,42 @@ for i = 1, #all, 2 do
   end
 end
 if last > 0 then redis.call('PEXPIRE', KEYS[2], math.floor(last - now) + 60000) end
-return {1, oldest or '', untl}
+return {1, oldest or '', ms(untl)}
 `
 
-// KEYS[1] = the resource's registrations; ARGV = id, until ('0': delete), now. Deletes the
-// registration, or keeps it until `until`. Returns 1 when it was there.
+// KEYS[1] = the resource's registrations; ARGV = token, now ('' : TIME). Reads only: the lowest
+// token below the given one whose deadline has not passed ('' none) and the latest such deadline (0 none).
+const OLDER = `
+${DECIMAL_LT}${NOW}local t, now = ARGV[1], clock(ARGV[2])
+local all = redis.call('HGETALL', KEYS[1])
+local oldest, untl = false, 0
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  local sp = string.find(v, ' ', 1, true)
+  if sp then
+    local tok, dl = string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
+    if dl > now and lt(tok, t) then
+      if not oldest or lt(tok, oldest) then oldest = tok end
+      if dl > untl then untl = dl end
+    end
+  end
+end
+return {oldest or '', ms(untl)}
+`
+
+// KEYS[1] = the resource's registrations; ARGV = id, holdMs ('0': delete), now ('' : TIME).
+// Deletes the registration, or keeps it until holdMs from now. Returns 1 when it was there.
 const UNREGISTER = `
-local v = redis.call('HGET', KEYS[1], ARGV[1])
+${NOW}local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return 0 end
 if ARGV[2] == '0' then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
 end
 local sp = string.find(v, ' ', 1, true)
-redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, sp - 1) .. ' ' .. ARGV[2])
-local want = math.floor(tonumber(ARGV[2]) - tonumber(ARGV[3])) + 60000
-if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
+redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, sp - 1) .. ' ' .. ms(clock(ARGV[3]) + tonumber(ARGV[2])))
+local want = math.floor(tonumber(ARGV[2])) + 60000
+if want > 0 and redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
 return 1
 `
 
@@ -279,22 +319,26 @@ export const SCRIPTS = {
   fgResolve: script('fgResolve', RESOLVE, 1),
   fgAudit: script('fgAudit', AUDIT, 1),
   fgRegister: script('fgRegister', REGISTER, 2),
+  fgOlder: script('fgOlder', OLDER, 1),
   fgUnregister: script('fgUnregister', UNREGISTER, 1),
 } as const
 
-/** The scripts of one server: each of SCRIPTS but the attempt log's, under the same name, with the write sequence around it (`sequenced`). */
+/** Scripts that write nothing the guarantees rest on: no write sequence around them. */
+const UNSEQUENCED = new Set(['fgAudit', 'fgOlder'])
+
+/** The scripts of one server: each of SCRIPTS but the attempt log's and the reads, under the same name, with the write sequence around it (`sequenced`). */
 export const SEQUENCED: typeof SCRIPTS = Object.fromEntries(Object.entries(SCRIPTS).map(([name, s]) =>
-  [name, name === 'fgAudit' ? s : script(s.name, sequenced(s.lua), s.keys + 1)])) as unknown as typeof SCRIPTS
+  [name, UNSEQUENCED.has(name) ? s : script(s.name, sequenced(s.lua), s.keys + 1)])) as unknown as typeof SCRIPTS
 
 /** A sequenced script's answer: the store's sequence after it, and the script's own answer. */
 export type SequencedReply<T> = [number | string | Buffer, T]
 
 // ------------------------------------------------------------------ arguments and answers
 
-/** CLAIM's ARGV (ADMIT's ARGV[2..8]). */
-export const claimArgs = (req: ClaimRequest, now: number): string[] => [
-  req.fingerprint, req.claimId, String(now + req.leaseMs), String(now + req.ttlMs),
-  String(Math.max(1, req.ttlMs)), req.retryUnknown ? '1' : '0', String(now),
+/** CLAIM's ARGV (ADMIT's ARGV[2..7]); `now` '' for the server's clock. */
+export const claimArgs = (req: ClaimRequest, now: string): string[] => [
+  req.fingerprint, req.claimId, String(Math.max(0, Math.round(req.leaseMs))), String(Math.max(1, Math.round(req.ttlMs))),
+  req.retryUnknown ? '1' : '0', now,
 ]
 
 /** FENCE's answer (ADMIT's first four fields): accepted 0|1, highest, since ('' when unknown), raised 0|1. */
