@@ -21,8 +21,6 @@ export interface RequestFacts {
   resource?: string
   token?: bigint
   highest?: bigint
-  /** the request was sent upstream after its fencing check (the overtaken detection's input) */
-  sent?: boolean
   /** ended after a newer token of its resource was sent upstream */
   overtaken?: boolean
   /** the attempt log's key hash (hex SHA-256 of scope hash and key), computed once */

@@ -1,8 +1,8 @@
 /**
  * Builds the gateway's Hono app. Every request passes `observe` (its facts, measured and
- * recorded once) and `refusePath`; each route of the config then becomes one chain in the
- * contract's order — route → admission (fencing, then idempotency: one store call) → forward —
- * registered in config order, so the first matching route wins.
+ * recorded once) and `refusePath`; each route of the config then becomes one handler in the
+ * contract's order — admission (fencing, then idempotency: one store call) → send → record →
+ * respond (./request-path.ts) — registered in config order, so the first matching route wins.
  */
 import { randomUUID } from 'node:crypto'
 import { Hono, type MiddlewareHandler } from 'hono'
@@ -12,18 +12,17 @@ import type { Pool } from 'undici'
 import type { Config } from './config/schema.js'
 import type { GatewayEnv } from './context.js'
 import type { RequestFacts } from './facts.js'
-import { compileRoute, type CompiledRoute } from './route.js'
+import { compileRoute } from './route.js'
 import { Problem, stateLost, storeUnavailable } from './problems.js'
 import { StoreWentBack } from './store/sequence.js'
-import { tooLarge } from './body.js'
 import { StoreError, type Store } from './store/types.js'
 import type { StateWatch } from './store/state-loss.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { startServerSpan, traceFields } from './telemetry/tracing.js'
 import type { Fields, Logger } from './log.js'
 import { WindowTracker } from './fencing/index.js'
-import { admission } from './admission.js'
-import { forward, createUpstream } from './forward/index.js'
+import { createUpstream } from './forward/send.js'
+import { routeHandler } from './request-path.js'
 import type { AuditQueue } from './audit/queue.js'
 import type { AuditEntry } from './store/attempt-log/types.js'
 import { attemptEntry } from './audit/entry.js'
@@ -97,32 +96,6 @@ function refusePath(idHeader: string): MiddlewareHandler<GatewayEnv> {
   }
 }
 
-/**
- * Notes the route. Refuses, before anything is read or checked: with the store's state lost,
- * every fenced or idempotent request (503 store-state-lost); on an unguarded route, a declared
- * body larger than it accepts (413; on guarded routes admission refuses it, after a stale token).
- */
-function routeEntry(route: CompiledRoute, watch?: StateWatch): MiddlewareHandler<GatewayEnv> {
-  const guarded = !!(route.fencing || route.idempotency)
-  const maxBody = route.config.maxRequestBytes
-  const pattern = route.config.match.path
-  return async function routeEntry(c, next) {
-    const f = c.get('facts')
-    f.route = route.name
-    f.pattern = pattern
-    c.set('route', route)
-    if (guarded) {
-      if (watch?.lost) {
-        throw stateLost()
-      }
-    } else {
-      const declared = c.env.incoming.headers['content-length']
-      if (declared !== undefined && Number(declared) > maxBody) throw tooLarge(maxBody)
-    }
-    await next()
-  }
-}
-
 /** `log.access: decisions`: a request refused, replayed, or not completed, or a possible duplicate effect. */
 const isDecision = (e: AuditEntry): boolean =>
   e.outcome !== 'forwarded' || e.unknown !== undefined || !!e.duplicate || !!e.overtaken || !!e.abandoned
@@ -157,13 +130,9 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
-    // a route with neither check has no admission step: it pays only what a proxy pays
-    const chain: MiddlewareHandler<GatewayEnv>[] = route.fencing || route.idempotency
-      ? [routeEntry(route, watch), admission(route, store, metrics, log, windows), forward(route, pool, metrics, traceFields())]
-      : [routeEntry(route, watch), forward(route, pool, metrics, traceFields())]
-    const [first, ...rest] = chain
-    if (rc.match.methods) app.on(rc.match.methods, rc.match.path, first, ...rest)
-    else app.all(rc.match.path, first, ...rest)
+    const handle = routeHandler(route, { store, metrics, log, windows, pool, traceFields: traceFields(), watch })
+    if (rc.match.methods) app.on(rc.match.methods, rc.match.path, handle)
+    else app.all(rc.match.path, handle)
   }
   app.notFound((c) => {
     const f = c.get('facts')

@@ -19,9 +19,9 @@ import { openGuardedStore } from './store/open.js'
 import type { RiskRefused } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { StateWatch } from './store/state-loss.js'
-import { tooLarge } from './body.js'
+import { BodyLimit } from './body.js'
 import { Problem } from './problems.js'
-import { closeUpstreams } from './forward/index.js'
+import { closeUpstreams } from './forward/send.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
 import { VERSION } from './version.js'
@@ -228,7 +228,7 @@ function refuseHopelessUploads(server: Server, current: () => Generation): void 
     const { largest, idHeader } = current()
     if (screened(req, res, idHeader)) return
     if (Number(req.headers['content-length'] ?? 0) > largest) {
-      const p = tooLarge(largest)
+      const p = new BodyLimit(largest).tooLarge()
       res.writeHead(p.status, { 'content-type': 'application/problem+json', connection: 'close' })
       res.end(p.body())
       return

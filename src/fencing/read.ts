@@ -1,6 +1,6 @@
 /**
  * Fencing's reader: the token and resource of a request (contract §3), or the client's mistake
- * as data. It changes nothing; the admission step (src/admission.ts) makes the store call.
+ * as data. It changes nothing; the admission step (src/admission/) makes the store call.
  */
 import type { CompiledRoute } from '../route.js'
 import type { TemplateSource } from '../config/template.js'

@@ -15,9 +15,14 @@
  * already registered when a newer one is accepted. An entry exists only while one of its
  * requests does, so the map holds no more than the requests in flight (plus held ones).
  */
-import type { FenceWindow } from '../context.js'
 
 interface Waiter { token: bigint; wake: (ok: boolean) => void }
+
+/** What a request going upstream tells its window. */
+export interface FenceWindow {
+  /** the request with `token` is being sent upstream */
+  markSent(token: bigint): void
+}
 
 /** One resource's requests in this process. */
 export class ResourceWindow implements FenceWindow {
@@ -31,7 +36,7 @@ export class ResourceWindow implements FenceWindow {
 
   constructor(readonly resource: string) {}
 
-  /** Called by `forward()` just before the request with `token` goes upstream. */
+  /** The request with `token` is going upstream (./request-window.ts `markSent`). */
   markSent(token: bigint): void {
     if (token > this.sent) this.sent = token
   }

@@ -8,7 +8,7 @@
  * newer token waits until no older token of its resource is registered there, whichever gateway
  * registered it.
  *
- * One request, in this order (src/admission.ts):
+ * One request, in this order (src/admission/, src/fencing/request-window.ts):
  *   F  fence: the check-and-set of the high-water mark (`Store.fence`), as on every fenced route;
  *   R  register (`Store.register`): atomically with reading the mark again, write the registration
  *      — or, when the mark has passed the token meanwhile, write nothing and refuse (412);
@@ -65,8 +65,8 @@
  * wakes its own waiters on that resource at once; other replicas' are seen at the next poll.
  */
 import { randomUUID } from 'node:crypto'
-import type { FenceWindow } from '../context.js'
 import type { Logger } from '../log.js'
+import type { FenceWindow } from './window-tracker.js'
 import type { OlderWrites, Store } from '../store/types.js'
 
 /** slack in every deadline: store calls around the send, and clock skew between gateways, ms */
@@ -149,7 +149,7 @@ export class StoreWindow {
   }
 
   /**
-   * The request's `flights` for forward(): passes `markSent` on, and when the request is sent later
+   * The request's sending side (./request-window.ts `markSent`): passes `markSent` on, and when the request is sent later
    * than its deadline foresaw, extends the deadline (not waited for: the send does not wait on the store).
    */
   flights(ticket: Ticket, local: FenceWindow): FenceWindow {

@@ -1,47 +1,37 @@
 /**
  * The idempotency record's side of a request (contract §4, draft-ietf-httpapi-idempotency-key-
- * header §2, Stripe's semantics where it is silent): what a claim's result means for the client
- * (a replay, a 409, a 422), and for a claimed key the hooks `forward()` calls so the response is
- * stored before the client sees it (`Exchange`), with the claim's lease kept alive meanwhile.
- * The claim itself is made by the admission step (src/admission.ts), with fencing's check.
+ * header §2, Stripe's semantics where it is silent): counting results, noting what a claim
+ * found, and for a claimed key the record step — what the upstream's answer (or its absence)
+ * writes into the record — with the claim's lease kept alive until then. The claim itself is
+ * made by the admission step (src/admission/), what a claim's result means for the client is
+ * decided there (src/admission/decide.ts).
  */
-import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
-import type { Exchange } from '../context.js'
 import type { RequestFacts } from '../facts.js'
 import type { IdempotencyResult, UnknownReason } from '../outcomes.js'
 import type { CompiledRoute } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
-import type { ClaimResult, RecordKey, Store, StoredResponse } from '../store/types.js'
-import { Problem } from '../problems.js'
-import { flat, VIA } from '../forward/headers.js'
+import type { ClaimResult, RecordKey, Store } from '../store/types.js'
 import { LeaseKeeper } from './lease.js'
-import { EffectDurations, retryAfterSeconds } from './retry-after.js'
+import { EffectDurations } from './retry-after.js'
 
 /** The default of `idempotency.releaseStatuses`: upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
 
-/** A claim's result other than `claimed`, as the client gets it. */
-export type RecordAnswer = { replay: StoredResponse } | { problem: Problem } | { wait: true }
-
-/** One route's records: counting, answering claim results, and the exchange of a claimed key. */
+/** One route's records: counting, noting what claims found, and the claimed keys of its requests. */
 export class Records {
-  readonly #route: CompiledRoute
-  readonly #store: Store
+  readonly route: string
+  readonly cfg: NonNullable<CompiledRoute['idempotency']>
   readonly #metrics: Metrics
-  readonly #log: Logger
   readonly #leases: LeaseKeeper
-  readonly #cfg: NonNullable<CompiledRoute['idempotency']>
   /** the route's newest effect durations, for a 409's Retry-After */
-  readonly #effects = new EffectDurations()
+  readonly effects = new EffectDurations()
 
-  constructor(route: CompiledRoute, store: Store, metrics: Metrics, log: Logger) {
-    this.#route = route
-    this.#store = store
+  constructor(route: CompiledRoute, readonly store: Store, metrics: Metrics, readonly log: Logger) {
+    this.route = route.name
     this.#metrics = metrics
-    this.#log = log
-    this.#cfg = route.idempotency!
-    this.#leases = new LeaseKeeper(store, this.#cfg.lease, log, route.name)
+    this.cfg = route.idempotency!
+    this.#leases = new LeaseKeeper(store, this.cfg.lease, log, route.name)
   }
 
   readonly #counted = new Map<IdempotencyResult, { inc(): void }>()
@@ -49,7 +39,7 @@ export class Records {
   /** Counts a result (contract §6 `fencegate_idempotency_total`) and notes it on the request. */
   count(f: RequestFacts, result: IdempotencyResult): void {
     let c = this.#counted.get(result)
-    if (c === undefined) this.#counted.set(result, c = this.#metrics.idempotency.labels(this.#route.name, result))
+    if (c === undefined) this.#counted.set(result, c = this.#metrics.idempotency.labels(this.route, result))
     c.inc()
     f.result = result
   }
@@ -60,104 +50,100 @@ export class Records {
    * unknown outcome (a possible duplicate effect).
    */
   noteFindings(f: RequestFacts, result: ClaimResult): void {
-    const name = this.#route.name
+    const name = this.route
     if ('abandoned' in result && result.abandoned) {
       this.#metrics.unknownOutcomes.inc({ route: name, reason: 'crash' })
       f.abandoned = true
-      this.#log.warn('found an in-flight record past its lease: its holder crashed or hung, the outcome is unknown', { route: name, requestId: f.requestId, keyHash: f.keyHash })
+      this.log.warn('found an in-flight record past its lease: its holder crashed or hung, the outcome is unknown', { route: name, requestId: f.requestId, keyHash: f.keyHash })
     }
     if (result.kind === 'claimed' && result.after) {
       this.#metrics.duplicateForwards.inc({ route: name })
       f.duplicate = true
-      this.#log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: name, after: result.after, requestId: f.requestId, keyHash: f.keyHash })
+      this.log.warn('key forwarded again after an unknown outcome: the effect may happen twice', { route: name, after: result.after, requestId: f.requestId, keyHash: f.keyHash })
     }
   }
 
-  /**
-   * What a claim result other than `claimed` gives the client.
-   * @param mayWait `inFlight: wait` and time left: an in-flight key is waited for instead of refused
-   */
-  answer(f: RequestFacts, result: Exclude<ClaimResult, { kind: 'claimed' }>, mayWait: boolean): RecordAnswer {
-    switch (result.kind) {
-      case 'completed':
-        this.count(f, 'replayed')
-        f.outcome = 'replayed'
-        return { replay: result.response }
-      case 'not_stored':
-        // status 0: an operator declared the unknown outcome completed (`fencegate resolve --as completed`)
-        if (result.status === 0) return { problem: new Problem('response-not-stored', 'An operator recorded that the first request with this key took effect (fencegate resolve --as completed) after its outcome was unknown; there is no response to replay, and it is not applied again.', { resolvedBy: 'operator' }) }
-        return { problem: new Problem('response-not-stored', `The first request with this key completed with status ${result.status}, but its response was larger than this route stores (idempotency.maxResponseBytes); it was not applied again.`, { originalStatus: result.status }) }
-      case 'mismatch':
-        this.count(f, 'key_reused')
-        return { problem: new Problem('idempotency-key-reused', 'This idempotency key was already used with a different request (method, path, content type or body).') }
-      case 'unknown':
-        return { problem: new Problem('outcome-unknown', `The first request with this key was sent upstream and no complete response came back (${result.reason}); it may or may not have taken effect. It is not sent again (unknownOutcome: reject) until an operator resolves it or the key expires.`, { reason: result.reason }) }
-      case 'in_flight':
-        if (mayWait) return { wait: true }
-        this.count(f, 'in_flight')
-        return { problem: new Problem('request-in-flight', 'A request with this idempotency key is being processed; retry after it completes.', {}, { 'retry-after': String(retryAfterSeconds(result.leaseUntil, Date.now(), this.#effects.quantile(0.9))) }) }
-    }
+  /** The route's p90 effect duration (ms), when enough were observed: a 409's Retry-After. */
+  expectedMs(): number | undefined {
+    return this.effects.quantile(0.9)
   }
 
   /**
-   * The exchange of a claimed key: its lease is renewed until the record is finished or released
-   * (./lease.ts); call `end()` once the request is over, however it ended.
+   * A claimed key: its lease is renewed until the record is written (`record`) or the request
+   * is over (`end`, however it ended).
    * @param after the reason of the unknown outcome this claim took over (`ClaimResult.after`), if
    *   any: when this attempt then does nothing upstream, that earlier outcome is still unknown and
    *   is put back, not released (which would forget it and let the next try count as fresh)
    */
-  exchange(f: RequestFacts, key: RecordKey, claimId: string, after?: UnknownReason): Exchange & { end(): void } {
-    const store = this.#store
-    const giveBack = (): Promise<void> => after
-      ? store.finish(key, claimId, { kind: 'unknown', reason: after }, this.#cfg.ttl, Date.now())
-      : store.release(key, claimId)
-    const log = this.#log
-    const { ttl, maxResponseBytes, releaseStatuses } = this.#cfg
-    const name = this.#route.name
-    const kept = this.#leases.keep(key, claimId, Date.now())
-    return {
-      captureBytes: maxResponseBytes,
-      end: () => kept.stop(),
-      onResponse: async (res) => {
-        kept.stop() // the record leaves in_flight now
-        if (f.upstreamMs !== undefined) this.#effects.add(f.upstreamMs)
-        try {
-          if (releaseStatuses.has(res.status)) { // idempotency.releaseStatuses (default RELEASE_STATUSES)
-            this.count(f, 'released')
-            await giveBack()
-          } else if (res.body === undefined) {
-            this.count(f, 'not_stored')
-            await store.finish(key, claimId, { kind: 'not_stored', status: res.status }, ttl, Date.now())
-          } else {
-            this.count(f, 'stored')
-            await store.finish(key, claimId, { kind: 'completed', response: { status: res.status, headers: res.headers, body: res.body } }, ttl, Date.now())
-          }
-        } catch (e) {
-          // The effect happened; the client still gets its response. The record stays in flight
-          // until its lease ends and then counts as an unknown outcome (reason crash).
-          log.error('idempotency record not written after the upstream answered', { route: name, requestId: f.requestId, keyHash: f.keyHash, error: (e as Error).message })
-        }
-      },
-      onFailure: async (failure) => {
-        kept.stop()
-        try {
-          if (!failure.sent) {
-            this.count(f, 'released')
-            await giveBack()
-          } else {
-            await store.finish(key, claimId, { kind: 'unknown', reason: failure.reason }, ttl, Date.now())
-          }
-        } catch (e) {
-          log.error('idempotency record not updated after an upstream failure', { route: name, requestId: f.requestId, keyHash: f.keyHash, error: (e as Error).message })
-        }
-      },
-    }
+  claimed(f: RequestFacts, key: RecordKey, claimId: string, after?: UnknownReason): Claim {
+    return new Claim(this, f, key, claimId, after, this.#leases)
   }
+
 }
 
-/** Writes a stored response byte for byte; the request id is this request's, not the first one's. */
-export function replay(outgoing: import('node:http').ServerResponse, res: StoredResponse, idHeader: string, requestId: string): Response {
-  outgoing.writeHead(res.status, flat(res.headers, ['via', VIA, 'idempotent-replayed', 'true', idHeader, requestId], idHeader))
-  outgoing.end(res.body)
-  return RESPONSE_ALREADY_SENT
+/**
+ * What came of a claimed request, as the record step sees it: the upstream's answer (`body`
+ * undefined when it was larger than `Claim.captureBytes`, `upstreamMs` from sending to its
+ * headers), or no answer (`sent` false: nothing reached the upstream; else the outcome is
+ * unknown, for `reason`).
+ */
+export type Outcome =
+  | { kind: 'answer'; status: number; headers: [string, string][]; body: Buffer | undefined; upstreamMs: number }
+  | { kind: 'failed'; sent: false }
+  | { kind: 'failed'; sent: true; reason: UnknownReason }
+
+/** One claimed key of one request. */
+export class Claim {
+  readonly #kept: { stop(): void }
+  /** buffer the upstream body up to this many bytes to store it */
+  readonly captureBytes: number
+
+  constructor(private readonly r: Records, private readonly f: RequestFacts, private readonly key: RecordKey, private readonly claimId: string, private readonly after: UnknownReason | undefined, leases: LeaseKeeper) {
+    this.captureBytes = r.cfg.maxResponseBytes
+    this.#kept = leases.keep(key, claimId, Date.now())
+  }
+
+  /** Stops renewing the lease; the request is over. */
+  end(): void {
+    this.#kept.stop()
+  }
+
+  /**
+   * The record step: stores the answer (or its status when too large to keep), releases the
+   * claim for a release status or when nothing was sent, or marks the outcome unknown. Never
+   * throws: when the store cannot write it, the record stays in flight until its lease ends and
+   * then counts as an unknown outcome (reason crash); the client still gets its answer (logged).
+   */
+  async record(o: Outcome): Promise<void> {
+    const { r, f, key, claimId } = this
+    const { store, cfg: { ttl, releaseStatuses } } = r
+    this.#kept.stop() // the record leaves in_flight now
+    try {
+      if (o.kind === 'failed') {
+        if (o.sent) return await store.finish(key, claimId, { kind: 'unknown', reason: o.reason }, ttl, Date.now())
+        r.count(f, 'released')
+        return await this.#giveBack()
+      }
+      r.effects.add(o.upstreamMs)
+      if (releaseStatuses.has(o.status)) { // idempotency.releaseStatuses (default RELEASE_STATUSES)
+        r.count(f, 'released')
+        await this.#giveBack()
+      } else if (o.body === undefined) {
+        r.count(f, 'not_stored')
+        await store.finish(key, claimId, { kind: 'not_stored', status: o.status }, ttl, Date.now())
+      } else {
+        r.count(f, 'stored')
+        await store.finish(key, claimId, { kind: 'completed', response: { status: o.status, headers: o.headers, body: o.body } }, ttl, Date.now())
+      }
+    } catch (e) {
+      r.log.error(o.kind === 'answer' ? 'idempotency record not written after the upstream answered' : 'idempotency record not updated after an upstream failure', { route: r.route, requestId: f.requestId, keyHash: f.keyHash, error: (e as Error).message })
+    }
+  }
+
+  #giveBack(): Promise<void> {
+    const { store, cfg } = this.r
+    return this.after
+      ? store.finish(this.key, this.claimId, { kind: 'unknown', reason: this.after }, cfg.ttl, Date.now())
+      : store.release(this.key, this.claimId)
+  }
 }

@@ -2,14 +2,14 @@
  * Idempotency's reader: what a claim needs from a request (contract §4,
  * draft-ietf-httpapi-idempotency-key-header §2): the record key, the body and its fingerprint, and
  * the key hash the attempt log, spans and logs carry — or the client's mistake as data. It
- * changes nothing; the admission step (src/admission.ts) makes the store call.
+ * changes nothing; the admission step (src/admission/) makes the store call.
  */
 import type { IncomingMessage } from 'node:http'
 import type { CompiledRoute } from '../route.js'
 import type { TemplateSource } from '../config/template.js'
 import type { RecordKey } from '../store/types.js'
 import { Problem } from '../problems.js'
-import { readBody } from '../body.js'
+import { BodyLimit } from '../body.js'
 import { parseIdempotencyKey } from './key.js'
 import { fingerprint } from './fingerprint.js'
 import { recordKeyOf } from './record-key.js'
@@ -36,7 +36,7 @@ export function claimReader(route: CompiledRoute): (incoming: IncomingMessage, s
   const i = route.idempotency
   if (!i) return async () => undefined
   const cfg = route.config.idempotency!
-  const maxBody = route.config.maxRequestBytes
+  const limit = new BodyLimit(route.config.maxRequestBytes)
   const required: ClaimRefusal = { refused: new Problem('idempotency-key-required', `This route requires an ${cfg.keyHeader} header naming the operation, so a retry cannot apply it twice.`) }
   const malformed: ClaimRefusal = { refused: new Problem('idempotency-key-malformed', `${cfg.keyHeader} must be one value of 1 to 255 visible ASCII characters, bare or as a quoted sf-string.`) }
   return async function readClaim(incoming, src) {
@@ -57,13 +57,9 @@ export function claimReader(route: CompiledRoute): (incoming: IncomingMessage, s
       }
       scope = filled
     }
-    let body: Buffer
-    try {
-      body = await readBody(incoming, maxBody)
-    } catch (e) {
-      if (e instanceof Problem) return { refused: e }
-      throw e // the client left mid-body: handled where the request's end is
-    }
+    // a client that leaves mid-body throws: handled where the request's end is
+    const body = await limit.read(incoming)
+    if (body === undefined) return { refused: limit.tooLarge() }
     const { recordKey, keyHash } = recordKeyOf(route.name, scope, key)
     return {
       recordKey,
