@@ -34,142 +34,18 @@ import type { StoreClock } from './clock.js'
 import type { UnknownReason } from '../outcomes.js'
 import type { WriteSequence } from './sequence.js'
 
-/** Store kinds from the config (contract §2); also the `store` label in metrics. */
-export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
+import type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
+import type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, UnknownRecord } from './records.js'
 
-/** A resource's high-water mark as the store keeps it. */
-export interface FenceMark {
-  highest: bigint
-  /**
-   * When `highest` was first accepted, epoch ms: when the lease generation it names took over.
-   * The clock is the `now` of the call that raised the mark (the gateway's), except on postgres
-   * for a mark raised by an older gateway through the v1 functions (the database's clock).
-   * Undefined for a mark written before fencegate kept it (or, on redis, raised by an older
-   * gateway sharing the store). The suite checks the `now` kept; the older layouts are checked
-   * in sqlite.test.ts, redis.test.ts and postgres.test.ts.
-   */
-  since?: number
-}
-
-/**
- * Result of a fencing check-and-set. `highest` is the high-water mark after the call and `since`
- * when it was first accepted — on a refusal, how long ago the stale writer was superseded.
- */
-export interface FenceResult extends FenceMark {
-  accepted: boolean
-  /** set when this call raised the mark (or set the first one): a new lease generation began */
-  raised?: true
-}
-
-/** A fencing check: the filled resource template and the request's token. */
-export interface FenceRequest {
-  resource: string
-  token: bigint
-}
-
-/** What `admit` found: the fence's answer, and the claim's when the fence accepted. */
-export interface AdmitResult {
-  fence: FenceResult
-  claim?: ClaimResult
-}
-
-/** Identifies one idempotency record: (route, hash of scope, idempotency key). */
-export interface RecordKey {
-  /** the route's name */
-  route: string
-  /**
-   * hex SHA-256 of the filled scope template, or "" when the route has none (src/idempotency/
-   * read.ts); the stores keep it as an opaque string
-   */
-  scope: string
-  /** the idempotency key, unquoted (1–255 visible ASCII characters) */
-  key: string
-}
-
-/** A response as stored for replay: status, end-to-end header lines, body bytes. */
-export interface StoredResponse {
-  status: number
-  /** header lines in order, lower-case names; several Set-Cookie lines stay several */
-  headers: [string, string][]
-  body: Buffer
-}
-
+// the shapes the interface speaks in, one module per side, imported from here as before
+export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
+export type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './records.js'
+export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 /** Why the outcome of a forwarded request is unknown (contract §6 `reason`), shared with the request's facts. */
 export type { UnknownReason }
 
-export interface ClaimRequest {
-  fingerprint: string
-  /** unique id of this attempt; `finish`, `renew` and `release` name it */
-  claimId: string
-  /** how long the in-flight record holds the key before it counts as abandoned, ms */
-  leaseMs: number
-  /** how long the record lives in all, ms (contract `idempotency.ttl`) */
-  ttlMs: number
-  /**
-   * `unknownOutcome: retry` (at-least-once): a record whose outcome is unknown — finished as
-   * unknown, or in flight past its lease — is taken over (`claimed` with `after`) instead of
-   * reported as `unknown`
-   */
-  retryUnknown: boolean
-}
-
-/**
- * What `claim` found:
- * - `claimed`: the key is ours; forward the request. `after` says what came before when
- *   this claim replaced an earlier attempt whose outcome is unknown (a possible duplicate
- *   effect), absent for a fresh key.
- * - `completed`: replay `response`.
- * - `not_stored`: the first attempt completed with `status` but its response was too large to
- *   keep; status 0 when an operator resolved an unknown outcome as completed (`resolve`).
- * - `in_flight`: another attempt holds the key until `leaseUntil` (epoch ms).
- * - `unknown`: the first attempt's outcome is unknown (`reason`) and the claim does not retry
- *   unknowns (`retryUnknown` false).
- * - `mismatch`: the key was used with another fingerprint.
- * `abandoned` is set on the one call that found an in-flight record past its lease (its holder
- * crashed or hung): the moment the outcome became unknown, counted once.
- */
-export type ClaimResult =
-  | { kind: 'claimed'; after?: UnknownReason; abandoned?: true }
-  | { kind: 'completed'; response: StoredResponse }
-  | { kind: 'not_stored'; status: number }
-  | { kind: 'in_flight'; leaseUntil: number }
-  | { kind: 'unknown'; reason: UnknownReason; abandoned?: true }
-  | { kind: 'mismatch' }
-
-/**
- * A record whose outcome is unknown, as `Store.unknowns` lists it: finished as unknown by its
- * gateway, or still in flight past its lease (its gateway stopped), which counts as reason `crash`.
- */
-export interface UnknownRecord {
-  key: RecordKey
-  reason: UnknownReason
-  /** when the lease ran out, epoch ms, for a crashed holder; 0 when the attempt was finished as unknown (`finish`) */
-  leaseUntil: number
-  /** when the record is forgotten and the key usable as new, epoch ms */
-  expiresAt: number
-}
-
-/** What an operator declares about an attempt whose outcome is unknown (`fencegate resolve`). */
-export type Resolution = 'completed' | 'failed'
-
-/**
- * What `resolve` did:
- * - `resolved`: the record was unknown (`reason`), or in flight past its lease (reason `crash`),
- *   and now is deleted (`failed`) or completed without a stored response (`completed`);
- * - `not_found`: no record under the key (never used, expired, released or resolved `failed`);
- * - `refused`: the record is in another `state` and was left alone: an attempt still inside
- *   its lease, or one whose outcome is known.
- */
-export type ResolveResult =
-  | { kind: 'resolved'; reason: UnknownReason }
-  | { kind: 'not_found' }
-  | { kind: 'refused'; state: 'in_flight' | 'completed' | 'not_stored' }
-
-/** How an attempt ended, written with `finish`. */
-export type Completion =
-  | { kind: 'completed'; response: StoredResponse }
-  | { kind: 'not_stored'; status: number }
-  | { kind: 'unknown'; reason: UnknownReason }
+/** Store kinds from the config (contract §2); also the `store` label in metrics. */
+export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
 
 export interface Store {
   readonly kind: StoreKind
@@ -368,62 +244,8 @@ export interface Store {
   close(): Promise<void>
 }
 
-/**
- * Older fenced writes of a resource still registered (`Store.register`, `fencing.serialize: store`):
- * `oldest` is the lowest token below the asked one whose registration has not expired (undefined
- * when none), `until` the latest deadline among those registrations (epoch ms; 0 when none).
- */
-export interface OlderWrites {
-  oldest?: bigint
-  until: number
-}
-
-/** What `Store.register` did: registered (and what older writes it found), or refused because the mark passed the token. */
-export type Registration = ({ registered: true } & OlderWrites) | { registered: false; highest: bigint }
-
 /** See `Store.markers`. */
 export interface StateMarkers {
   epoch?: string
   accepted?: string
-}
-
-/**
- * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or
- * failing inside (the claim step of a half-failed `admit`). Callers fail closed (503).
- */
-export class StoreError extends Error {
-  constructor(
-    message: string,
-    /** the store operation that failed, the `op` label in metrics */
-    readonly op: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options)
-    this.name = 'StoreError'
-  }
-}
-
-/** Which limit a full store reached (the `limit` label of `fencegate_store_full_total`). */
-export type StoreLimit = 'max_records' | 'max_resources' | 'max_attempts'
-
-/**
- * The store holds as many unexpired entries as it may (the memory store's `store.maxRecords`,
- * `store.maxResources`, `store.maxAttempts`) and refuses a new one rather than forget one before
- * its time: the request fails closed (503 store-unavailable, the detail naming the limit).
- */
-export class StoreFull extends StoreError {
-  constructor(
-    message: string,
-    op: string,
-    readonly limit: StoreLimit,
-    /** the configured limit */
-    readonly max: number,
-    /** when an entry expires at the earliest, epoch ms (the 503's Retry-After), when known */
-    readonly until?: number,
-    /** how many of the entries asked for were not written (an attempt log batch) */
-    readonly refused = 1,
-  ) {
-    super(message, op)
-    this.name = 'StoreFull'
-  }
 }

@@ -1,0 +1,45 @@
+/**
+ * What a store call rejects with when the store cannot answer. Every engine's own errors
+ * become a StoreError (./call.ts); the request path fails closed on them.
+ */
+
+/**
+ * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or
+ * failing inside (the claim step of a half-failed `admit`). Callers fail closed (503).
+ */
+export class StoreError extends Error {
+  constructor(
+    message: string,
+    /** the store operation that failed, the `op` label in metrics */
+    readonly op: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options)
+    this.name = 'StoreError'
+  }
+}
+
+/** Which limit a full store reached (the `limit` label of `fencegate_store_full_total`). */
+export type StoreLimit = 'max_records' | 'max_resources' | 'max_attempts'
+
+/**
+ * The store holds as many unexpired entries as it may (the memory store's `store.maxRecords`,
+ * `store.maxResources`, `store.maxAttempts`) and refuses a new one rather than forget one before
+ * its time: the request fails closed (503 store-unavailable, the detail naming the limit).
+ */
+export class StoreFull extends StoreError {
+  constructor(
+    message: string,
+    op: string,
+    readonly limit: StoreLimit,
+    /** the configured limit */
+    readonly max: number,
+    /** when an entry expires at the earliest, epoch ms (the 503's Retry-After), when known */
+    readonly until?: number,
+    /** how many of the entries asked for were not written (an attempt log batch) */
+    readonly refused = 1,
+  ) {
+    super(message, op)
+    this.name = 'StoreFull'
+  }
+}
