@@ -66,7 +66,7 @@ describe('examples/jetstream: the seed timeline on JetStream', () => {
     expect(tail).toContain('The timeline held on JetStream')
     expect(output).toContain('SIGSTOP')
     expect(await streamGone(r.broker.stream as string)).toBe(true)
-  }, 60_000)
+  }, 120_000)
 })
 
 describe('many workers on one JetStream consumer, paused past ack_wait and dropping acks', () => {
@@ -100,7 +100,7 @@ describe('many workers on one JetStream consumer, paused past ack_wait and dropp
     await until(async () => {
       const info = await jsm.consumers.info(stream, consumer)
       return info.num_pending === 0 && info.num_ack_pending === 0
-    }, { timeoutMs: 75_000, intervalMs: 250, message: () => `every job acked; workers said: ${workers.map((w) => w.stderr || w.events.at(-1)?.event).join(', ')}` })
+    }, { timeoutMs: 120_000, intervalMs: 250, message: () => `every job acked; workers said: ${workers.map((w) => w.stderr || w.events.at(-1)?.event).join(', ')}` })
     await Promise.all(workers.map((w) => w.stop(10_000)))
     for (const w of workers) expect(w.exitCode, `${w.name}: ${w.stderr}`).toBe(0)
     const info = await jsm.consumers.info(stream, consumer)
@@ -155,5 +155,5 @@ describe('many workers on one JetStream consumer, paused past ack_wait and dropp
     const leases = (await send(`${gw.adminUrl}/leases?route=payments`)).json().routes[0]
     expect(leases.generations).toMatchObject({ resources: JOBS, total: info.delivered.consumer_seq, handovers: redeliveries })
     expect(leases.stale.count).toBe(stale.length)
-  }, 90_000)
+  }, 150_000)
 })

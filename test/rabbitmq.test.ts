@@ -55,7 +55,7 @@ describe('examples/rabbitmq: the seed timeline on a quorum queue', () => {
     expect(output).toContain('{"x-delivery-count":1}')
     expect(output.trimEnd().split('\n').slice(-3).join('\n')).toMatch(/412 {2}stale {2}token 1 {2}refused \d+ ms after token 2 took over[\s\S]*The timeline held on RabbitMQ/)
     expect(await queueExists(r.broker.queue as string)).toBe(false)
-  }, 60_000)
+  }, 120_000)
 })
 
 describe('a lost ack on a quorum queue', () => {
@@ -71,10 +71,10 @@ describe('a lost ack on a quorum queue', () => {
       const worker = (name: string, extra: string[] = []) => startChild(`worker ${name}`, distPath('examples/rabbitmq/worker.js'),
         ['--amqp', AMQP_URL, '--queue', queue, '--gateway', gw.url, '--name', name, '--jobs', '1', ...extra])
       const a = worker('A', ['--close-before-ack'])
-      await a.event('channel-closed-before-ack')
+      await a.event('channel-closed-before-ack', () => true, 20_000)
       expect(await a.exited).toBe(0)
       const b = worker('B')
-      const bClaim = await b.event('claimed')
+      const bClaim = await b.event('claimed', () => true, 20_000)
       expect(bClaim).toMatchObject({ token: 2, redelivered: true, headers: { 'x-delivery-count': 1 } })
       await b.event('acked')
       expect(await b.exited).toBe(0)
@@ -96,7 +96,7 @@ describe('a lost ack on a quorum queue', () => {
       await payments.close()
     }
     expect(await queueExists(queue)).toBe(false)
-  }, 30_000)
+  }, 60_000)
 
   it('the token: x-delivery-count + 1, x-acquired-count + 1 where the broker sends it; x-consumer-timeout from 3.12', () => {
     expect(deliveryToken(undefined)).toBe(1)

@@ -85,7 +85,7 @@ export async function runJetStream(options: JetStreamRunOptions = {}): Promise<B
       ['--nats', natsUrl, '--stream', stream, '--consumer', consumer, '--gateway', s.gatewayUrl, '--name', label, '--jobs', '1', ...extra])
     const pauseMs = Math.floor(ackWaitMs / 2)
     const a = worker('A', ['--pause-before-ack', String(pauseMs), '--charge-again'])
-    const aClaim = await a.event('claimed')
+    const aClaim = await a.event('claimed', () => true, 20_000)
     r.tokens.a = aClaim.token
     const aReady = a.events.find((e) => e.event === 'ready')
     n.step('JetStream → Worker A', `job ${aClaim.job}, deliveryCount ${aClaim.token}; A renews with msg.working() every ${aReady?.renewMs} ms   (pid ${a.proc.pid})`)

@@ -105,7 +105,8 @@ async function main(): Promise<number> {
 
   let handled = 0
   while (!stopping && handled < jobs) {
-    const m = await consumer.next({ expires: 1000 })
+    // a long pull: each expiry is a moment where a message and the client's own timeout can cross
+    const m = await consumer.next({ expires: 3000 })
     if (!m) continue
     await handle(m)
     handled++

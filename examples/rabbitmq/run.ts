@@ -92,7 +92,7 @@ export async function runRabbitMQ(options: RabbitRunOptions = {}): Promise<Broke
     const worker = (label: string, extra: string[]) => startChild(`worker ${label}`, distPath('examples/rabbitmq/worker.js'),
       ['--amqp', amqpUrl, '--queue', queue, '--gateway', s.gatewayUrl, '--name', label, '--jobs', '1', '--heartbeat', '1', ...extra])
     const a = worker('A', ['--pause-before-ack', '1000', '--charge-again', ...(perConsumer ? ['--consumer-timeout', '60000'] : [])])
-    const aClaim = await a.event('claimed')
+    const aClaim = await a.event('claimed', () => true, 20_000)
     r.tokens.a = aClaim.token
     n.step('RabbitMQ → Worker A', `job ${aClaim.job}, headers ${JSON.stringify(aClaim.headers ?? {})}: token ${aClaim.token}   (pid ${a.proc.pid})`)
     n.expect(aClaim.token === 1 && aClaim.redelivered === false, `a first delivery has no x-delivery-count: token 1 (got ${aClaim.token})`)
