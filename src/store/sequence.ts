@@ -10,7 +10,7 @@
  * seen is caught by them (they retire the epoch marker: ./state-loss.ts), or by the failover
  * itself (a new PostgreSQL timeline, a new Redis replication id: `StateMarkers.history`).
  */
-import { StoreError } from './types.js'
+import { StoreError } from './errors.js'
 
 /** A write refused because the store is behind what this gateway saw, or on another history. */
 export class StoreWentBack extends StoreError {
