@@ -166,7 +166,10 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
         throw new Problem('bad-request', `No route named ${JSON.stringify(route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
       }
       const settings = await storeSettings?.().catch(() => undefined)
-      return c.json(await buildReport(config, store.audit, since, now, route, settings && claimSentences(settings)))
+      const measured = settings ? claimSentences(settings) : []
+      // a loss this gateway sees now: the guarantees are suspended until an operator accepts it
+      if (watch?.lost) measured.unshift(`Now: the store has lost acknowledged state (${watch.seen ?? 'epoch marker changed'}); every fenced or idempotent request is refused with 503 store-state-lost until \`fencegate store accept-loss\`.`)
+      return c.json(await buildReport(config, store.audit, since, now, route, measured.length ? measured : undefined))
     })
     // contract §8: one key's or resource's attempts, oldest first
     app.get('/audit/timeline', async (c) => {

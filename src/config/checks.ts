@@ -178,7 +178,10 @@ export function crossFindings(parts: { listen?: string | null; adminListen?: str
   const store = parts.store
   // a url that did not validate is reported as such, not as missing
   if (store && store.url !== null) {
-    if ((store.kind === 'redis' || store.kind === 'postgres') && !store.url) {
+    const sentinels = store.kind === 'redis' && Array.isArray(store.sentinels) && store.sentinels.length > 0
+    if (sentinels && !store.url) {
+      // the Sentinels say where the primary is; a url would only add credentials
+    } else if ((store.kind === 'redis' || store.kind === 'postgres') && !store.url) {
       out.push({ path: ['store', 'url'], message: `store.kind ${store.kind} needs store.url` })
     } else if (store.kind === 'redis' && !/^rediss?:\/\/./.test(store.url!)) {
       out.push({ path: ['store', 'url'], message: 'store.kind redis needs a redis:// or rediss:// URL' })

@@ -158,8 +158,17 @@ export const configSchema = z.strictObject({
     statementTimeout: duration('5s', HOUR),
     /** redis: `url` lists seed nodes of a Redis Cluster (comma-separated redis:// URLs) */
     cluster: z.boolean().default(false),
-    /** redis: replicas that must acknowledge a write (WAIT) before the request relies on it; fewer: 503 */
+    /**
+     * redis: replicas that must acknowledge a write (WAIT) before the request relies on it; fewer: 503.
+     * postgres: synchronous standbys that must be configured (synchronous_standby_names with
+     * synchronous_commit on, remote_write or remote_apply); fewer: 503 on guarded routes.
+     * 0: no replication guarantee, so a failover (a promoted replica, a new timeline) is state loss.
+     */
     replicas: z.number().int('must be a whole number').min(0, 'must be 0 or more').max(64, 'must be at most 64').default(0),
+    /** redis: Sentinel addresses (host:port) to find the primary through; `url` then only gives credentials, TLS and database */
+    sentinels: z.array(z.string().regex(/^[^\s:/,]+:\d{1,5}$/, 'must be host:port')).min(1, 'must list at least one Sentinel (host:port)').optional(),
+    /** redis: the name of the primary the Sentinels watch (sentinel monitor <name> …) */
+    sentinelName: z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'must be 1-128 of A-Z a-z 0-9 _ . -').optional(),
     /** redis: how long WAIT waits for `replicas`; default: a quarter of `timeout` */
     replicasTimeout: optionalDuration(HOUR),
     /**
@@ -181,7 +190,12 @@ export const configSchema = z.strictObject({
       if (s.kind !== kind) ctx.addIssue({ code: 'custom', path: ['acceptRisks', i], message: risk === 'maxmemory-policy' ? `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` : `${risk} is a memory store limit: only with store.kind memory, not ${s.kind}` })
     })
     if (s.cluster && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['cluster'], message: `only with store.kind redis (a Redis Cluster's seed nodes in store.url), not ${s.kind}` })
-    if (s.replicas > 0 && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['replicas'], message: `only with store.kind redis (WAIT for Redis replicas), not ${s.kind}` })
+    if (s.replicas > 0 && s.kind !== 'redis' && s.kind !== 'postgres') ctx.addIssue({ code: 'custom', path: ['replicas'], message: `only with store.kind redis (WAIT for Redis replicas) or postgres (synchronous standbys), not ${s.kind}` })
+    if (s.sentinels && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['sentinels'], message: `only with store.kind redis, not ${s.kind}` })
+    else if (s.sentinels && s.cluster) ctx.addIssue({ code: 'custom', path: ['sentinels'], message: 'a Redis Cluster fails over by itself: use store.sentinels or store.cluster, not both' })
+    else if (s.sentinels && !s.sentinelName) ctx.addIssue({ code: 'custom', path: ['sentinelName'], message: 'store.sentinels needs store.sentinelName: the name the Sentinels monitor the primary under' })
+    if (s.sentinelName && !s.sentinels) ctx.addIssue({ code: 'custom', path: ['sentinels'], message: 'store.sentinelName needs store.sentinels: the Sentinels\' host:port addresses' })
+    if (s.replicasTimeout !== undefined && s.kind === 'postgres') ctx.addIssue({ code: 'custom', path: ['replicasTimeout'], message: 'only with store.kind redis (WAIT); PostgreSQL waits for its synchronous standbys itself' })
     if (s.kind === 'redis' && s.url !== undefined) {
       const urls = s.url.split(',').map((u) => u.trim())
       if (urls.length > 1 && !s.cluster) ctx.addIssue({ code: 'custom', path: ['url'], message: 'lists several nodes: set store.cluster: true for a Redis Cluster, or give one URL' })

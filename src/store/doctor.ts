@@ -57,7 +57,7 @@ export async function inspectStore(config: Config['store'], store?: Store): Prom
       findings = sqliteFindings(config, store)
       break
     case 'redis':
-      target = config.url!.split(',').map((u) => { try { return new URL(u.trim()).host } catch { return u } }).join(',')
+      target = config.sentinels ? `${config.sentinelName} via Sentinel ${config.sentinels.join(',')}` : config.url!.split(',').map((u) => { try { return new URL(u.trim()).host } catch { return u } }).join(',')
       findings = await withTimeout(redisFindings(config), READ_TIMEOUT_MS * 2, 'Redis')
       break
     case 'postgres': {

@@ -32,7 +32,7 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
       return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs, sequence })
     case 'redis':
       return RedisStore.open({
-        url: config.url!, cluster: config.cluster, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs,
+        url: config.url, sentinels: config.sentinels, sentinelName: config.sentinelName, cluster: config.cluster, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs,
         replicas: config.replicas, replicasTimeoutMs: config.replicasTimeout ?? Math.max(1, Math.floor(config.timeout / 4)),
         // what a cluster client may leave running after the gateway gave up on a call
         commandTimeoutMs: 2 * config.timeout,

@@ -39,6 +39,7 @@ import { migratePostgres, quoted } from './migrate.js'
 import { queries, type Named, type Queries } from './sql.js'
 import { sequencedQuery, currentTimelineSql, Timeline, type SequencedQuery } from './sequence.js'
 import { WriteSequence } from '../sequence.js'
+import { StandbyWatch } from './standbys.js'
 
 export { migratePostgres }
 
@@ -94,8 +95,10 @@ export class PostgresStore implements Store {
   /** the statements, for this store's schema */
   readonly #q: Queries
   readonly #batches: GroupCommit
-  /** a write statement with the sequence around it */
+  /** a write statement with the sequence around it (and, with store.replicas, refused while too few standbys are configured) */
   readonly #write: SequencedQuery
+  /** store.replicas: the synchronous standbys configured (./standbys.ts) */
+  readonly #standbys?: StandbyWatch
   readonly #reaper?: NodeJS.Timeout
   readonly #auditRetentionMs: number
   #closed = false
@@ -122,7 +125,14 @@ export class PostgresStore implements Store {
     this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
     this.sequence = options.sequence ?? new WriteSequence()
     this.#timeline = new Timeline((options.replicas ?? 0) === 0, this.sequence)
-    this.#write = sequencedQuery(this.#pool, quoted(schema), this.sequence, this.#timeline)
+    const sequenced = sequencedQuery(this.#pool, quoted(schema), this.sequence, this.#timeline)
+    const replicas = options.replicas ?? 0
+    if (replicas > 0) {
+      const standbys = this.#standbys = new StandbyWatch(this.#pool, replicas)
+      this.#write = (q, values) => { standbys.refuseIfShort(q.name); return sequenced(q, values) }
+    } else {
+      this.#write = sequenced
+    }
     this.#batches = groupCommit(this.#pool, this.#q, this.#write)
     this.clock = new StoreClock(async () => Number((await this.#pool.query<{ ms: number }>(this.#q.clock)).rows[0].ms), clock === 'caller')
     this.audit = {
@@ -162,6 +172,7 @@ export class PostgresStore implements Store {
       const { rows } = await store.#pool.query(q.epochRead)
       store.epoch = rows[0]?.value ?? ''
       store.#timeline.known ??= await store.#readTimeline().catch(() => undefined)
+      await store.#standbys?.start()
       const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public'])
       const { rows: seq } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(options.schema ?? 'public')}.fg_seq_v1`])
       if (!fns[0].ok || !seq[0].ok) {
@@ -400,6 +411,7 @@ export class PostgresStore implements Store {
     this.#closed = true
     this.clock.stop()
     if (this.#reaper) clearInterval(this.#reaper)
+    this.#standbys?.stop()
     await this.#pool.end().catch(() => {})
   }
 }

@@ -2,6 +2,7 @@
  * The PostgreSQL settings probe of `fencegate doctor` (../doctor.ts): synchronous_commit, fsync,
  * synchronous_standby_names and the standbys streaming (pg_stat_replication), pg_is_in_recovery().
  */
+import { shortfall } from './standbys.js'
 import pg from 'pg'
 import type { Config } from '../../config/schema.js'
 import type { Finding } from '../findings.js'
@@ -30,14 +31,17 @@ export async function postgresFindings(config: Config['store']): Promise<Finding
       ? { id: 'synchronous_commit', status: 'risk', setting: 'synchronous_commit off', consequence: 'PostgreSQL answers a commit before it is on disk: a crash can lose the last moments of acknowledged marks and records (up to three times wal_writer_delay), and the loss is not detected.' }
       : { id: 'synchronous_commit', status: 'ok', setting: `synchronous_commit ${syncCommit}`, consequence: 'A commit is on disk (in the WAL) before PostgreSQL answers: a crash keeps every acknowledged mark and record.' })
     const waits = standbyNames !== '' && (syncCommit === 'on' || syncCommit === 'remote_write' || syncCommit === 'remote_apply')
+    const short = config.replicas > 0 ? shortfall(config.replicas, standbyNames, syncCommit) : undefined
     if (inRecovery) {
       // a standby's own standbys say nothing about where the writes go
+    } else if (short) {
+      out.push({ id: 'standbys', status: 'risk', setting: `synchronous_standby_names '${standbyNames}', synchronous_commit ${syncCommit}, store.replicas ${config.replicas}`, consequence: `${short}: every fenced or idempotent request is refused with 503 until enough synchronous standbys are configured (the gateway reads the settings every minute).` })
     } else if (waits) {
       out.push({ id: 'standbys', status: 'ok', setting: `synchronous_standby_names '${standbyNames}', synchronous_commit ${syncCommit}`, consequence: `Commits wait for the synchronous standby${syncCommit === 'remote_write' ? ' to have them in memory (remote_write: not yet on its disk)' : ''}: a failover to it keeps every acknowledged mark and record.` })
     } else if (standbyNames !== '') {
       out.push({ id: 'standbys', status: 'risk', setting: `synchronous_standby_names '${standbyNames}', synchronous_commit ${syncCommit}`, consequence: `synchronous_commit ${syncCommit} does not wait for the standbys: a failover can lose the last commits, and a mark that falls back lets a stale write pass.` })
     } else if (streaming > 0) {
-      out.push({ id: 'standbys', status: 'risk', setting: `synchronous_standby_names '', ${streaming} standby${streaming === 1 ? '' : 's'} streaming`, consequence: 'The standbys replicate asynchronously: a failover to one can lose the last commits — marks fall back (a stale write can pass), records vanish (a retry is forwarded again) — and fencegate cannot tell.' })
+      out.push({ id: 'standbys', status: 'risk', setting: `synchronous_standby_names '', ${streaming} standby${streaming === 1 ? '' : 's'} streaming`, consequence: 'The standbys replicate asynchronously: a failover to one can lose the last commits — marks fall back (a stale write can pass), records vanish (a retry is forwarded again). fencegate treats the promotion (a new timeline) as state loss — 503 store-state-lost until accept-loss — and a store behind what a gateway saw refuses its writes; set store.replicas with synchronous standbys to fail over without loss.' })
     } else {
       out.push({ id: 'standbys', status: 'ok', setting: `synchronous_standby_names '', ${Number.isNaN(streaming) ? 'standbys not visible' : 'no standby streaming'}`, consequence: 'No standby to fail over to (none seen): nothing is lost to a failover; while PostgreSQL is down, fenced routes answer 503. If a standby is added later, make it synchronous.' })
     }

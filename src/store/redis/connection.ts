@@ -38,6 +38,9 @@ export interface ClientOptions {
   maxBackoffMs: number
   /** cluster: a command not answered after this long is given up by the client, ms */
   commandTimeoutMs: number
+  /** Sentinels to ask for the primary named `sentinelName` (`urls[0]` then gives only credentials, TLS and database) */
+  sentinels?: { host: string; port: number }[]
+  sentinelName?: string
 }
 
 /** A client not yet connected (lazyConnect), every script defined on it. */
@@ -81,6 +84,29 @@ export function createClient(o: ClientOptions): Conn {
       clusterRetryStrategy: retryStrategy,
       redisOptions: nodeOptions,
     }) as Cluster & ScriptCommands
+  } else if (o.sentinels) {
+    // Sentinel: the primary is asked of the Sentinels at every (re)connection, so a failover is
+    // followed on the reconnection after the old primary goes (or refuses a write: READONLY);
+    // failoverDetector also drops the connection as soon as a Sentinel announces +switch-master
+    const u = new URL(o.urls[0])
+    conn = new Redis({
+      sentinels: o.sentinels,
+      name: o.sentinelName,
+      username: u.username ? decodeURIComponent(u.username) : undefined,
+      password: u.password ? decodeURIComponent(u.password) : undefined,
+      db: u.pathname.length > 1 ? Number(u.pathname.slice(1)) : undefined,
+      tls: u.protocol === 'rediss:' ? {} : undefined,
+      role: 'master',
+      failoverDetector: true,
+      sentinelRetryStrategy: retryStrategy,
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      enableAutoPipelining: true,
+      connectTimeout: o.connectTimeoutMs,
+      retryStrategy,
+      reconnectOnError: (e: Error) => e.message.startsWith('READONLY'),
+    }) as Redis & ScriptCommands
   } else {
     conn = new Redis(o.urls[0], {
       lazyConnect: true,

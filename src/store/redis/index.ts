@@ -42,8 +42,8 @@ export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
 
 export interface RedisStoreOptions {
-  /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated */
-  url: string
+  /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated; with `sentinels`, optional */
+  url?: string
   /** `url` names seed nodes of a Redis Cluster; default false */
   cluster?: boolean
   /** namespace for every key, so several deployments (or test runs) share one Redis; default "fencegate" */
@@ -60,6 +60,9 @@ export interface RedisStoreOptions {
   replicasTimeoutMs?: number
   /** the write sequence to follow (../sequence.ts); default a new one */
   sequence?: WriteSequence
+  /** Sentinels (host:port) to find the primary named `sentinelName` through; `url` then gives only credentials, TLS and database */
+  sentinels?: string[]
+  sentinelName?: string
   /**
    * cluster: a command not answered after this long (redirections and retries included) is
    * given up by the client, ms; default 2000. The gateway's `store.timeout` answers the request
@@ -108,7 +111,8 @@ export class RedisStore implements Store {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
       replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store',
     } = options
-    const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : []
+    // with Sentinels the url only carries credentials, TLS and the database: it may be left out
+    const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : options.sentinels ? ['redis://sentinel'] : []
     if (!urls.length || !urls.every((u) => /^rediss?:\/\//.test(u))) throw new TypeError('options.url must be a redis:// or rediss:// URL (several, comma-separated, for a cluster)')
     if (urls.length > 1 && !cluster) throw new TypeError('options.url names several nodes: set options.cluster for a Redis Cluster')
     if (typeof keyPrefix !== 'string' || !keyPrefix) throw new TypeError('options.keyPrefix must be a non-empty string')
@@ -116,7 +120,9 @@ export class RedisStore implements Store {
     this.cluster = cluster
     this.#replicas = replicas
     this.#keys = new KeyNames(keyPrefix, cluster)
-    this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs })
+    const sentinels = options.sentinels?.map((a) => { const i = a.lastIndexOf(':'); return { host: a.slice(0, i), port: Number(a.slice(i + 1)) } })
+    if (sentinels && (cluster || !options.sentinelName)) throw new TypeError('options.sentinels needs options.sentinelName, and no cluster')
+    this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs, sentinels, sentinelName: options.sentinelName })
     const sequence = options.sequence ?? new WriteSequence()
     if (!cluster) this.sequence = sequence
     this.#writer = new Writer(this.#redis, {

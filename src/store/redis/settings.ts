@@ -94,14 +94,22 @@ function nodeFindings(n: RedisNode, replicasWanted: number, cluster: boolean): F
 
 /** @throws Error when the server (or cluster) cannot be reached */
 export async function redisFindings(config: Config['store']): Promise<Finding[]> {
-  const urls = config.url!.split(',').map((u) => u.trim()).filter(Boolean)
+  const urls = (config.url ?? 'redis://sentinel').split(',').map((u) => u.trim()).filter(Boolean)
   if (!config.cluster) {
-    const conn = new Redis(urls[0], { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout: Math.max(config.timeout, 1000), retryStrategy: () => null })
+    const once = { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout: Math.max(config.timeout, 1000), retryStrategy: () => null }
+    const u = new URL(urls[0])
+    // through Sentinel: the primary the Sentinels name now
+    const conn = config.sentinels
+      ? new Redis({
+        ...once, sentinels: config.sentinels.map((a) => ({ host: a.slice(0, a.lastIndexOf(':')), port: Number(a.slice(a.lastIndexOf(':') + 1)) })), name: config.sentinelName,
+        sentinelRetryStrategy: () => null, username: u.username ? decodeURIComponent(u.username) : undefined, password: u.password ? decodeURIComponent(u.password) : undefined,
+      })
+      : new Redis(urls[0], once)
     conn.on('error', () => {})
     try {
       await conn.connect()
-      const u = new URL(urls[0])
-      return nodeFindings(await readNode(conn, `${u.hostname}:${u.port || 6379}`), config.replicas, false)
+      const node = config.sentinels ? `${(conn.stream as { remoteAddress?: string } | undefined)?.remoteAddress ?? '?'}:${(conn.stream as { remotePort?: number } | undefined)?.remotePort ?? '?'} (primary ${config.sentinelName} by Sentinel)` : `${u.hostname}:${u.port || 6379}`
+      return nodeFindings(await readNode(conn, node), config.replicas, false)
     } finally {
       conn.disconnect()
     }
