@@ -124,13 +124,19 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   const windows = new WindowTracker() // per process: fencing's requests between check and end, by resource
   metrics.trackWindows(windows)
   const idHeader = config.log.requestIdHeader.toLowerCase()
+  /** A refusal's response; with admin.publicUrl, the audit view's timeline of its key or resource, where operators can reach it. */
+  const refuse = (f: RequestFacts, p: Problem): Response => {
+    f.outcome = p.outcome
+    const timeline = config.admin.publicUrl && timelineLink({ outcome: f.outcome, keyHash: f.keyHash, resource: f.resource }, config.admin.publicUrl)
+    return p.toResponse(f.requestId, idHeader, timeline ? { timeline } : undefined)
+  }
   app.use('*', observe(metrics, log, config.log, audit, config.admin.publicUrl), refusePath(idHeader))
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
-    const handle = routeHandler(route, { store, metrics, log, windows, pool, traceFields: traceFields(), watch })
+    const handle = routeHandler(route, { store, metrics, log, windows, pool, traceFields: traceFields(), watch, refuse })
     if (rc.match.methods) app.on(rc.match.methods, rc.match.path, handle)
     else app.all(rc.match.path, handle)
   }
@@ -143,11 +149,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     const f = c.get('facts')
     if (err instanceof Problem || err instanceof StoreError) {
       // the store cannot answer: fail closed (contract §4), one mapping for every store call
-      const p = err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err)
-      f.outcome = p.outcome
-      // the audit view's timeline of the key or resource, where operators can reach it (admin.publicUrl)
-      const timeline = config.admin.publicUrl && timelineLink({ outcome: f.outcome, keyHash: f.keyHash, resource: f.resource }, config.admin.publicUrl)
-      return p.toResponse(f.requestId, idHeader, timeline ? { timeline } : undefined)
+      return refuse(f, err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err))
     }
     if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
       // the client left before its request was whole: nothing was forwarded, nobody to answer

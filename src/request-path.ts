@@ -20,7 +20,7 @@ import type { Store } from './store/types.js'
 import type { StateWatch } from './store/state-loss.js'
 import type { Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
-import { Problem, stateLost } from './problems.js'
+import { stateLost, type Problem } from './problems.js'
 import { BodyLimit } from './body.js'
 import { requestTemplateSource } from './template-fill.js'
 import { Admission } from './admission/index.js'
@@ -41,6 +41,8 @@ export interface PathParts {
   /** the request fields the trace propagator writes (src/forward/send.ts) */
   traceFields: readonly string[]
   watch?: StateWatch
+  /** a refusal's response (src/gateway.ts: the problem, with the audit view's address when configured) */
+  refuse: (f: RequestFacts, p: Problem) => Response
 }
 
 const noop = () => {}
@@ -62,10 +64,7 @@ export function routeHandler(route: CompiledRoute, parts: PathParts): Middleware
   const windows = route.fencing ? new RouteWindows(route, store, parts.windows, metrics, log) : undefined
   const upstream = new Upstream(route, parts.pool, metrics, parts.traceFields)
 
-  const refuse = (f: RequestFacts, p: Problem): Response => {
-    f.outcome = p.outcome
-    return p.toResponse(f.requestId, idHeader)
-  }
+  const refuse = parts.refuse
 
   /** send → record → respond. */
   async function forward(c: Context<GatewayEnv>, f: RequestFacts, claim?: Claim, body?: Buffer, window?: RequestWindow): Promise<Response> {
