@@ -108,7 +108,9 @@ function step(span: number): number {
   return [1, 2, 5, 10].map((m) => m * p).find((v) => v >= raw) ?? 10 * p
 }
 
-const clock = (t: number, withMs: boolean) => new Date(t).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', ...(withMs ? { fractionalSecondDigits: 3 } : {}) } as Intl.DateTimeFormatOptions)
+const CLOCK = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' })
+const CLOCK_MS = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', fractionalSecondDigits: 3 } as Intl.DateTimeFormatOptions)
+const clock = (t: number, withMs: boolean) => (withMs ? CLOCK_MS : CLOCK).format(t)
 
 /** The timeline's SVG, or a paragraph when there is nothing to draw. */
 export function drawTimeline(entries: readonly Entry[], title: string): Element {
