@@ -208,9 +208,11 @@ export interface ChildGateway {
 }
 
 /** Starts the CLI as a child process with the config file given; resolves once /readyz is 200. */
-export async function spawnGateway(configPath: string, port: number, adminPort: number, logPath: string, args: string[] = []): Promise<ChildGateway> {
+export async function spawnGateway(configPath: string, port: number, adminPort: number, logPath: string, args: string[] = [], launch: { prefix?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<ChildGateway> {
   const fd = openSync(logPath, 'a')
-  const child = spawn(process.execPath, [CLI, '--config', configPath, ...args], { stdio: ['ignore', fd, fd] })
+  // `launch.prefix`: a command the gateway runs under, e.g. ['faketime', '-f', '+20s'] for a skewed clock
+  const [command, ...before] = [...(launch.prefix ?? []), process.execPath]
+  const child = spawn(command, [...before, CLI, '--config', configPath, ...args], { stdio: ['ignore', fd, fd], env: launch.env ? { ...process.env, ...launch.env } : undefined })
   closeSync(fd)
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
   const adminUrl = `http://127.0.0.1:${adminPort}`
