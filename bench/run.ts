@@ -28,6 +28,8 @@
  *                      replicas on free ports (scripts/redis-cluster.ts), and stops it at the end
  *   BENCH_CPU_PROF     a folder: run the gateways, the floor, hono and fastify under `node --cpu-prof`, profiles there
  *   BENCH_KEEP         1: keep the temp folder (configs, logs, sqlite file) and print its path
+ *   BENCH_LOADGEN      wrk (default where wrk is on PATH: a process of its own, one thread) or
+ *                      autocannon (in the harness's process: it takes CPU from a 2-core box)
  *
  * Scenarios (POST, small JSON body, 50 connections, no pipelining), each on its own route of the
  * one gateway config:
@@ -55,6 +57,7 @@ import {
   dropSchema, deleteRedisPrefix, deleteRedisClusterPrefix, runTag, nextKey, nextToken, uniqueRequests,
 } from './lib.js'
 import { startLocalCluster, redisToolsAvailable } from '../scripts/redis-cluster.js'
+import { wrkInstalled, wrkLoad, type WrkStream } from './wrk.js'
 
 // ---------------------------------------------------------------------------------- settings
 
@@ -361,16 +364,63 @@ interface Figures {
 
 const metrics = async (g: Gateway | undefined): Promise<string | undefined> => (g ? scrape(g.adminUrl) : undefined)
 
-async function measure(t: Target, upstream: Upstream, round: number): Promise<Figures> {
-  let shape: Pick<autocannon.Options, 'setupClient' | 'requests'>
+const LOADGEN = process.env.BENCH_LOADGEN === 'autocannon' ? 'autocannon' : process.env.BENCH_LOADGEN === 'wrk' || wrkInstalled() ? 'wrk' : 'autocannon'
+
+/**
+ * The scenario's stream for wrk: one account per connection's worth of paths, a new key per
+ * request, and one token per run (equal tokens are accepted; wrk cannot tie a path to a connection,
+ * so rising tokens could race each other into 412s).
+ */
+async function wrkStream(t: Target): Promise<WrkStream> {
   if (t.scenario === 'replay') {
     const { headers, path } = await primeReplay(t.url)
-    shape = replayRequests(headers, path)
-  } else if (t.scenario === 'stale') {
-    shape = uniqueRequests({ paths: await primeStale(t.url) })
-  } else {
-    shape = scenarioRequests(t.scenario)
+    return { paths: [path], headers, body: BODY }
   }
+  if (t.scenario === 'stale') return { paths: await primeStale(t.url), headers: BASE_HEADERS, body: BODY, key: nextKey('stale'), token: nextToken() }
+  const prefix = ROUTE_PREFIX[t.scenario]
+  const run = round0()
+  const paths = Array.from({ length: CONNECTIONS }, (_, i) => `/${prefix}/acct-${runTag}-w${run}-${i}/transfers`)
+  return {
+    paths, headers: BASE_HEADERS, body: BODY,
+    key: t.scenario !== 'fencing' && t.scenario !== 'plain' ? nextKey('w') : undefined,
+    token: t.scenario !== 'idempotency' && t.scenario !== 'plain' ? nextToken() : undefined,
+  }
+}
+let wrkRuns = 0
+const round0 = () => ++wrkRuns
+
+type Prepared = { wrk: WrkStream } | { shape: Pick<autocannon.Options, 'setupClient' | 'requests'> }
+
+/** The run's request stream, primed (replay, stale) before anything is measured. */
+async function prepare(t: Target): Promise<Prepared> {
+  if (LOADGEN === 'wrk') return { wrk: await wrkStream(t) }
+  if (t.scenario === 'replay') {
+    const { headers, path } = await primeReplay(t.url)
+    return { shape: replayRequests(headers, path) }
+  }
+  if (t.scenario === 'stale') return { shape: uniqueRequests({ paths: await primeStale(t.url) }) }
+  return { shape: scenarioRequests(t.scenario) }
+}
+
+/** The load of one run, with autocannon's result shape whichever generator made it. */
+async function load(t: Target, prepared: Prepared): Promise<Pick<autocannon.Result, 'requests' | 'latency' | '2xx' | 'non2xx' | 'errors' | 'timeouts' | 'statusCodeStats'> & { warmup?: Pick<autocannon.Result, 'requests' | '2xx' | 'statusCodeStats'> }> {
+  if ('wrk' in prepared) {
+    const stream = prepared.wrk
+    const warmup = WARMUP > 0 ? await wrkLoad(t.url, stream, WARMUP, CONNECTIONS) : undefined
+    // a new key prefix for the measured run: the warm-up's keys must not come back as replays
+    const measured = await wrkLoad(t.url, stream.key ? { ...stream, key: `${stream.key}m` } : stream, SECONDS, CONNECTIONS)
+    return { ...measured, warmup } as never
+  }
+  return autocannon({
+    ...postLoad(t.url, CONNECTIONS),
+    duration: SECONDS,
+    ...(WARMUP > 0 ? { warmup: { connections: CONNECTIONS, duration: WARMUP } } : {}),
+    ...prepared.shape,
+  })
+}
+
+async function measure(t: Target, upstream: Upstream, round: number): Promise<Figures> {
+  const prepared = await prepare(t)
   const before = await metrics(t.gateway)
   const cpu0 = {
     target: cpuSeconds(t.child.proc.pid),
@@ -380,12 +430,7 @@ async function measure(t: Target, upstream: Upstream, round: number): Promise<Fi
     bench: benchSeconds(),
     at: performance.now(),
   }
-  const result = await autocannon({
-    ...postLoad(t.url, CONNECTIONS),
-    duration: SECONDS,
-    ...(WARMUP > 0 ? { warmup: { connections: CONNECTIONS, duration: WARMUP } } : {}),
-    ...shape,
-  })
+  const result = await load(t, prepared)
   const wall = (performance.now() - cpu0.at) / 1000
   const self = process.cpuUsage(cpu0.self)
   const pct = (a?: number, b?: number) => (a === undefined || b === undefined ? undefined : Math.round(((b - a) / wall) * 100))
@@ -497,6 +542,23 @@ const TRACED_GOAL = 0.6
 const P99_GOAL = 1.5
 
 /** A row's goals: req/s ≥ `rps` × the floor's (none for stale, fencing, idempotency), p99 ≤ `p99` × the floor's. */
+/**
+ * The cost issue's goals: the gateway's CPU time per request as a ratio of the floor's in the same
+ * round (the median of the rounds' ratios), at most: a plain route 1.25 on every store; unique keys
+ * and replays per store (replays send nothing upstream, so they should cost less than a proxy pass).
+ */
+const CPU_GOAL: Partial<Record<TargetName, { unique: number; replay: number }>> = {
+  memory: { unique: 1.5, replay: 0.8 }, sqlite: { unique: 2.0, replay: 0.9 }, 'sqlite-w2': { unique: 2.0, replay: 0.9 },
+  redis: { unique: 2.0, replay: 1.0 }, postgres: { unique: 2.2, replay: 1.0 },
+}
+const PLAIN_CPU_GOAL = 1.25
+
+function cpuGoalOf(target: TargetName, scenario: Scenario): number | undefined {
+  const g = CPU_GOAL[target]
+  if (g === undefined) return undefined
+  return scenario === 'plain' ? PLAIN_CPU_GOAL : scenario === 'unique' || scenario === 'replay' ? g[scenario] : undefined
+}
+
 function goalsOf(target: TargetName, scenario: Scenario): { rps?: number; p99?: number } {
   if (target === 'traced') return scenario === 'unique' ? { rps: TRACED_GOAL } : {}
   const store = TARGET_GOAL[target]
@@ -591,8 +653,18 @@ async function main(): Promise<void> {
   const withRatio = rows.map((r) => {
     const rps = ratio(r.rps, floorRow?.rps), p99 = ratio(r.p99, floorRow?.p99)
     const goals = goalsOf(r.target, r.scenario)
+    // CPU per request paired round by round with the floor's: the machine's speed drifts between rounds, a round's pair much less
+    const pairs = r.rounds.flatMap((f, i) => {
+      const fl = floorRow?.rounds[i]?.cpuUsPerRequest
+      return f.cpuUsPerRequest !== undefined && fl ? [f.cpuUsPerRequest / fl] : []
+    })
+    const cpu = pairs.length && pairs.length === r.rounds.length ? median(pairs) : undefined
+    const cpuGoal = cpuGoalOf(r.target, r.scenario)
     return {
       ...r,
+      cpuRatioToFloor: round2(cpu),
+      cpuGoal,
+      cpuGoalMet: cpuGoal === undefined || cpu === undefined ? undefined : cpu <= cpuGoal,
       ratioToFloor: round2(rps),
       p99RatioToFloor: round2(p99),
       goal: goals.rps,
@@ -604,13 +676,15 @@ async function main(): Promise<void> {
   })
 
   const verdict = (met: boolean | undefined) => (met ? 'ok' : 'MISSED')
-  const head = ['target', 'scenario', 'req/s', 'CPU µs/req', 'p50 ms', 'p99 ms', '× floor', 'p99 × floor', 'goal', 'p99 goal']
-  const right = [false, false, true, true, true, true, true, true, false, false]
+  const head = ['target', 'scenario', 'req/s', 'CPU µs/req', 'CPU × floor', 'CPU goal', 'p50 ms', 'p99 ms', '× floor', 'p99 × floor', 'goal', 'p99 goal']
+  const right = [false, false, true, true, true, false, true, true, true, true, false, false]
   const body = withRatio.map((r) => [
     r.label,
     r.target === 'upstream' ? 'direct' : r.target === 'floor' || r.target === 'hono' || r.target === 'fastify' ? 'proxy' : r.scenario,
     String(r.rps),
     r.cpuUs === undefined ? '-' : String(r.cpuUs),
+    r.cpuRatioToFloor === undefined ? '-' : r.cpuRatioToFloor.toFixed(2),
+    r.cpuGoalMet === undefined ? '' : `≤ ${r.cpuGoal!.toFixed(2)} ${verdict(r.cpuGoalMet)}`,
     String(r.p50),
     String(r.p99),
     r.ratioToFloor === undefined ? '-' : r.ratioToFloor.toFixed(2),
@@ -643,7 +717,7 @@ async function main(): Promise<void> {
       fastify: wanted.includes('fastify') ? `@fastify/http-proxy ${packageVersion('@fastify/http-proxy')}, fastify ${packageVersion('fastify')}` : undefined,
       workers: WORKERS,
       goals: { uniqueReqPerSecToFloor: TARGET_GOAL, replayReqPerSecToFloor: REPLAY_GOAL, p99ToFloorAtMost: P99_GOAL },
-      loadGenerator: 'autocannon (programmatic, in the harness process)',
+      loadGenerator: LOADGEN === 'wrk' ? 'wrk -t1 (a process of its own), Lua request streams (bench/wrk.ts)' : 'autocannon (programmatic, in the harness process)',
       otherLoadBeforeRuns: idleLoad,
       reqPerSec: 'autocannon requests.average (mean of per-second samples); median over rounds',
     },
