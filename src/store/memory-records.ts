@@ -142,10 +142,12 @@ export class RecordTable {
 
   /** Drops expired records; when the table is still full, evicts the oldest completed record or throws. */
   #makeRoom(now: number, op: string): void {
-    // the oldest of each ttl expire first: O(1) a new record, amortised
+    // the oldest of each ttl expire first: O(1) a new record, amortised; most calls look at one
+    // head and stop, so the head is read without an iterator of entries
     for (const group of this.#kept.values()) {
-      for (const [id, k] of group) {
-        if (k.expiresAt > now) break
+      while (group.size > 0) {
+        const id = group.keys().next().value as string
+        if (group.get(id)!.expiresAt > now) break
         group.delete(id)
         this.#keptSize--
       }
