@@ -178,7 +178,8 @@ export function crossFindings(parts: { listen?: string | null; adminListen?: str
   const store = parts.store
   // a url that did not validate is reported as such, not as missing
   if (store && store.url !== null) {
-    const sentinels = store.kind === 'redis' && Array.isArray(store.sentinels) && store.sentinels.length > 0
+    // null: given but not valid, reported on its own path
+    const sentinels = store.kind === 'redis' && store.sentinels !== undefined
     if (sentinels && !store.url) {
       // the Sentinels say where the primary is; a url would only add credentials
     } else if ((store.kind === 'redis' || store.kind === 'postgres') && !store.url) {
