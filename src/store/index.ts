@@ -125,11 +125,36 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     }
   }
   /**
-   * `call(op, attempt)` for an operation that may claim a key. The request fails closed when the
-   * call fails or times out, but a slow store may still apply the claim afterwards: it is then
-   * given back, or the key would read as in flight and then as an unknown outcome. A claim that
-   * took over an unknown outcome is put back as that outcome (as redis's own give-back does), not
-   * released: releasing would forget it, and the next retry would not count as a duplicate.
+   * Gives a claim back by its id — `release`, or `finish` as the unknown outcome it took over —
+   * retrying as soon as the store answers again (a pause doubling from 50 ms to 1 s) until the
+   * claim's lease would have ended. Ownership-checked by the store: a claim already taken over or
+   * finished is left alone.
+   */
+  const giveBack = (key: RecordKey, req: ClaimRequest, now: number, after?: ClaimResult & { kind: 'claimed' }): void => {
+    const end = performance.now() + req.leaseMs
+    let pause = 50
+    const attempt = (): void => {
+      const done = after?.after ? inner.finish(key, req.claimId, { kind: 'unknown', reason: after.after }, req.ttlMs, now) : inner.release(key, req.claimId)
+      done.catch(() => {
+        if (performance.now() + pause >= end) {
+          log.warn('a claim that was never used could not be given back before its lease ended: the key reads as an unknown outcome (reason crash) until an operator resolves it', { store: kind, route: key.route })
+          return
+        }
+        setTimeout(attempt, pause).unref()
+        pause = Math.min(pause * 2, 1000)
+      })
+    }
+    attempt()
+  }
+  /**
+   * `call(op, attempt)` for an operation that may claim a key. The request fails closed (503,
+   * nothing forwarded) when the call fails or times out, but the store may have made the claim
+   * all the same: a slow store applies it afterwards, or it ran and its reply was lost (a reset,
+   * a connection dropped, a partition). Either way the claim is given back (`giveBack`), or the
+   * key would read as in flight and then as an unknown outcome, for a request never sent. A late
+   * answer says what the claim did: one that took over an unknown outcome is put back as that
+   * outcome, not released (releasing would forget it, and the next retry would not count as a
+   * duplicate). Without an answer the claim id is released: a no-op when it was never made.
    */
   const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest, now: number): Promise<T> =>
     call(op, () => attempt).catch((e) => {
@@ -138,9 +163,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         // the late call found an attempt abandoned past its lease and made it an unknown outcome
         // (or took it over): the request that would have counted it already got 503
         if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
-        if (c?.kind !== 'claimed') return
-        return c.after ? inner.finish(key, req.claimId, { kind: 'unknown', reason: c.after }, req.ttlMs, now) : inner.release(key, req.claimId)
-      }).catch(() => {})
+        if (c?.kind === 'claimed') giveBack(key, req, now, c)
+      }, () => giveBack(key, req, now))
       throw e
     })
   return {

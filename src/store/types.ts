@@ -112,9 +112,9 @@ export interface Store {
    * statement would only wait or fail the same way). On a Redis Cluster whose record master alone
    * fails, the fence on the other master is written. In every case: no claim of this call is
    * held, the mark is never above the token, and the retry is admitted. (A claim whose answer was
-   * lost on the way — the store wrote it but the connection dropped — is held until its lease
-   * ends and then reads as an unknown outcome, reason `crash`; guardStore in ./index.ts gives back
-   * a claim that answers after the timeout.) The suite checks the engine-refused case with each
+   * lost on the way — the store wrote it but the connection dropped, or it answered after the
+   * timeout — is given back by guardStore in ./index.ts, by its id, as soon as the store answers
+   * again, until its lease would end: test/hostile/lost-reply.test.ts.) The suite checks the engine-refused case with each
    * store's fault injector (`ConformanceOptions.failClaims`): the rejection, the raised mark, a
    * stale token still answered, and the retry; test/store/postgres.test.ts checks a statement
    * timeout leaving the mark as it was. The other whole-call failures are not checked by a test.
