@@ -14,6 +14,7 @@ import type { GatewayEnv } from './context.js'
 import type { RequestFacts } from './facts.js'
 import { compileRoute } from './route.js'
 import { Problem, stateLost, storeUnavailable } from './problems.js'
+import { dotSegmentPath, gatewayError, saneRequestId } from './front-door.js'
 import { StoreWentBack } from './store/sequence.js'
 import { StoreError, type Store } from './store/types.js'
 import type { StateWatch } from './store/state-loss.js'
@@ -27,21 +28,6 @@ import type { AuditQueue } from './audit/queue.js'
 import type { AuditEntry } from './store/attempt-log/types.js'
 import { attemptEntry } from './audit/entry.js'
 import { timelineLink } from './ui/links.js'
-
-// A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
-// resolving it after routing could reach another route's path or resource (an upstream that
-// decodes %2F and normalises), and resolving it before would forward a path the client did
-// not send. Refused instead.
-const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:\/|%2f|%5c|\\|$)/i
-
-/**
- * A client's request id is used when it is 1–200 of `A-Z a-z 0-9 - _ . : / + =` (a UUID, a
- * ULID, a trace-like id); anything else is replaced, never echoed into logs or upstream.
- */
-const REQUEST_ID = /^[A-Za-z0-9\-_.:/+=]{1,200}$/
-export function saneRequestId(v: string | string[] | undefined): string | undefined {
-  return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined
-}
 
 export interface Gateway {
   app: Hono<GatewayEnv>
@@ -82,17 +68,14 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
   }
 }
 
-/** Refuses a path holding a dot segment (400 bad-path), before routing. */
+/** Refuses a path holding a dot segment (400 bad-path, ./front-door.ts), before routing. */
 function refusePath(idHeader: string): MiddlewareHandler<GatewayEnv> {
   return async function refusePath(c, next) {
-    const path = c.env.incoming.url ?? '/'
-    // most paths hold neither a dot nor an escape: no regex, no slice
-    if (!path.includes('.') && !path.includes('%') && !path.includes('\\')) return next()
-    const q = path.indexOf('?')
-    if (!DOT_SEGMENT.test(q < 0 ? path : path.slice(0, q))) return next()
-    const p = new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
-    c.get('facts').outcome = p.outcome
-    return p.toResponse(c.get('facts').requestId, idHeader)
+    const p = dotSegmentPath(c.env.incoming.url ?? '/')
+    if (p === undefined) return next()
+    const f = c.get('facts')
+    f.outcome = p.outcome
+    return p.toResponse(f.requestId, idHeader)
   }
 }
 
@@ -160,7 +143,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     }
     // a bug on the request path: the gateway's fault, said as such (never blamed on the upstream)
     log.error('unexpected error on the request path', { route: f.route, requestId: f.requestId, error: err.message })
-    const p = new Problem('gateway-error', 'The gateway failed to handle the request; nothing of it is known to have reached the upstream unless its outcome says so.')
+    const p = gatewayError()
     f.outcome = p.outcome
     if (c.env.outgoing.headersSent) { c.env.outgoing.destroy(); return RESPONSE_ALREADY_SENT }
     return p.toResponse(f.requestId, idHeader)

@@ -1,7 +1,8 @@
 /**
  * Every response the gateway makes itself is an RFC 9457 problem (application/problem+json)
- * with the contract's `type` URNs. Middleware throws `Problem`; the gateway turns it into a
- * response in one place (gateway.ts `onError`).
+ * with the contract's `type` URNs, from one table (`PROBLEMS`) and written by one serializer
+ * (`Problem.body`, `Problem.responseHeaders`): the front door's refusals (./front-door.ts), the
+ * request path's (./request-path.ts), the app's error handlers (./gateway.ts, ./admin.ts).
  */
 
 import type { Outcome } from './outcomes.js'
@@ -22,6 +23,11 @@ export const PROBLEMS = {
   'outcome-unknown': { status: 409, title: 'Outcome of the first attempt unknown', outcome: 'outcome_unknown' },
   'response-not-stored': { status: 409, title: 'Response of the first attempt was not stored', outcome: 'replayed' },
   'no-route': { status: 404, title: 'No route', outcome: 'no_route' },
+  // the front door's (./front-door.ts): answered on the listener, never counted as requests
+  'request-malformed': { status: 400, title: 'Bad Request', outcome: 'bad_request' },
+  'request-timeout': { status: 408, title: 'Request timeout', outcome: 'bad_request' },
+  'request-headers-too-large': { status: 431, title: 'Request headers too large', outcome: 'bad_request' },
+  'http-version-not-supported': { status: 505, title: 'HTTP version not supported', outcome: 'bad_request' },
   'bad-path': { status: 400, title: 'Path not accepted', outcome: 'bad_request' },
   'body-too-large': { status: 413, title: 'Request body too large', outcome: 'bad_request' },
   'upstream-unavailable': { status: 502, title: 'Upstream unavailable', outcome: 'upstream_error' },
@@ -83,9 +89,14 @@ export class Problem extends Error {
    * @param more members for this response only, e.g. `timeline` (the audit view's address)
    */
   toResponse(requestId?: string, idHeader = 'x-request-id', more?: Record<string, string>): Response {
+    return new Response(this.body(requestId, more), { status: this.status, headers: this.responseHeaders(requestId, idHeader) })
+  }
+
+  /** The response's header fields: the problem's media type, no caching, its own (Retry-After), the request id. */
+  responseHeaders(requestId?: string, idHeader = 'x-request-id'): Record<string, string> {
     const headers: Record<string, string> = { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...this.headers }
     if (requestId) headers[idHeader] = requestId
-    return new Response(this.body(requestId, more), { status: this.status, headers })
+    return headers
   }
 }
 

@@ -1,0 +1,146 @@
+/**
+ * The front door: everything refused before routing, in one place, each refusal a `Problem`
+ * of the table (./problems.ts) written by its one serializer.
+ *
+ * On the listener, outside the request metrics and the attempt log (like the requests Node's
+ * parser refuses), answered with a new request id and the connection closed after the answer:
+ * - what Node's HTTP parser refuses (`onClientError`): smuggling attempts such as Content-Length
+ *   with Transfer-Encoding, bad bytes, unknown methods, oversized heads, timeouts;
+ * - what the upstream could read otherwise than the gateway (`screened`): an HTTP version other
+ *   than 1.0 and 1.1, a "#fragment" in the request target;
+ * - what @hono/node-server cannot make a Request of (`unusableRequest`): a target such as "*",
+ *   a bad Host header, a raw backslash in the path;
+ * - an `Expect: 100-continue` upload larger than every route accepts (`hopelessUpload`).
+ * In the app, counted like every routed request: a path with a dot segment (`dotSegmentPath`).
+ * And the request id a client may give (`saneRequestId`), used only when it is harmless.
+ */
+import { randomUUID } from 'node:crypto'
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
+import { RequestError } from '@hono/node-server'
+import { Problem } from './problems.js'
+import { BodyLimit } from './body.js'
+
+/**
+ * A client's request id is used when it is 1–200 of `A-Z a-z 0-9 - _ . : / + =` (a UUID, a
+ * ULID, a trace-like id); anything else is replaced, never echoed into logs or upstream.
+ */
+const REQUEST_ID = /^[A-Za-z0-9\-_.:/+=]{1,200}$/
+export function saneRequestId(v: string | string[] | undefined): string | undefined {
+  return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined
+}
+
+// A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
+// resolving it after routing could reach another route's path or resource (an upstream that
+// decodes %2F and normalises), and resolving it before would forward a path the client did
+// not send. Refused instead.
+const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:\/|%2f|%5c|\\|$)/i
+
+/** 400 bad-path for a request target whose path holds a dot segment; undefined for any other. */
+export function dotSegmentPath(target: string): Problem | undefined {
+  // most paths hold neither a dot nor an escape: no regex, no slice
+  if (!target.includes('.') && !target.includes('%') && !target.includes('\\')) return undefined
+  const q = target.indexOf('?')
+  if (!DOT_SEGMENT.test(q < 0 ? target : target.slice(0, q))) return undefined
+  return new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
+}
+
+/** A problem answered on the listener: a new request id, the connection closed after it. */
+function listenerAnswer(p: Problem, idHeader: string): { head: Record<string, string | number>; body: string } {
+  const id = randomUUID()
+  const body = p.body(id)
+  return { head: { ...p.responseHeaders(id, idHeader), 'content-length': Buffer.byteLength(body), connection: 'close' }, body }
+}
+
+function answer(res: ServerResponse, p: Problem, idHeader: string): void {
+  const a = listenerAnswer(p, idHeader)
+  res.writeHead(p.status, a.head)
+  res.end(a.body)
+}
+
+/**
+ * Refuses what the upstream could read otherwise than the gateway, before routing:
+ * - an HTTP version other than 1.0 and 1.1 (505, RFC 9110 §15.6.6): Node's parser passes
+ *   "HTTP/2.0" and "HTTP/0.9" request lines (other versions it refuses, see onClientError);
+ *   they are not HTTP/1.1 framing the gateway can vouch for;
+ * - a "#fragment" in the request target (400 bad-path): no form of request-target has one
+ *   (RFC 9112 §3.2); Hono routes and fences the path before the "#" while the target is
+ *   forwarded whole, so the upstream could read another path. Envoy refuses it too (its default
+ *   since 1.19.1; stripping is opt-in, keeping it deprecated as unsafe).
+ * The body of a refused request is never read: the connection is closed after the answer.
+ * @returns true when the request was answered
+ */
+export function screened(req: IncomingMessage, res: ServerResponse, idHeader: string): boolean {
+  let p: Problem | undefined
+  if (req.httpVersionMajor !== 1 || (req.httpVersionMinor !== 1 && req.httpVersionMinor !== 0)) {
+    p = new Problem('http-version-not-supported', `This gateway speaks HTTP/1.1 and HTTP/1.0, not HTTP/${req.httpVersion}; nothing was forwarded.`)
+  } else if (req.url !== undefined && req.url.includes('#')) {
+    p = new Problem('bad-path', 'The request target carries a "#fragment", which no HTTP request target may hold (RFC 9112 §3.2); nothing was forwarded.')
+  }
+  if (!p) return false
+  answer(res, p, idHeader)
+  return true
+}
+
+/**
+ * `Expect: 100-continue` (RFC 9110 §10.1.1): a body larger than every route accepts is refused
+ * with 413 before the client sends it (a body over a smaller route's limit is refused after
+ * routing, once it is sent).
+ * @param largest the largest body any route accepts
+ * @returns true when the request was answered
+ */
+export function hopelessUpload(req: IncomingMessage, res: ServerResponse, largest: number, idHeader: string): boolean {
+  const limit = new BodyLimit(largest)
+  if (!limit.declaredOver(req.headers)) return false
+  answer(res, limit.tooLarge(), idHeader)
+  return true
+}
+
+// What Node's parser refuses (clientError), as problems instead of Node's bare status lines.
+const CLIENT_ERRORS: Record<string, () => Problem> = {
+  HPE_HEADER_OVERFLOW: () => new Problem('request-headers-too-large', 'The request line and headers are larger than this gateway accepts.'),
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: () => new Problem('body-too-large', 'The chunk extensions of the request body are larger than this gateway accepts.'),
+  ERR_HTTP_REQUEST_TIMEOUT: () => new Problem('request-timeout', 'The request did not arrive whole within the server\'s timeouts (server.headersTimeout, server.requestTimeout).'),
+}
+
+/**
+ * Answers a request Node's HTTP parser refused with a problem and closes the connection.
+ * Nothing of such a request reaches the app, hence nothing the upstream. As Node does: an
+ * answer only when no response has begun on the connection.
+ */
+export function onClientError(idHeader: string) {
+  return (err: Error & { code?: string; reason?: string }, socket: Duplex): void => {
+    const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage
+    if (err.code === 'ECONNRESET' || !socket.writable || current?.headersSent) {
+      socket.destroy()
+      return
+    }
+    // llhttp's HPE_INVALID_VERSION also stands for a malformed request line ("Expected CRLF after version")
+    const p = err.code === 'HPE_INVALID_VERSION' && err.reason === 'Invalid HTTP version'
+      ? new Problem('http-version-not-supported', 'This gateway speaks HTTP/1.1 and HTTP/1.0 only; nothing was forwarded.')
+      : CLIENT_ERRORS[err.code ?? '']?.() ?? new Problem('request-malformed', `The request is not well-formed HTTP/1.1 (${err.code ?? 'parse error'}${err.reason ? `: ${err.reason}` : ''}); nothing was forwarded.`)
+    const a = listenerAnswer(p, idHeader)
+    const head = Object.entries(a.head).map(([k, v]) => `${k}: ${v}\r\n`).join('')
+    socket.end(`HTTP/1.1 ${p.status} ${STATUS_CODES[p.status] ?? 'Bad Request'}\r\n${head}\r\n${a.body}`, () => socket.destroy())
+  }
+}
+
+/**
+ * What @hono/node-server cannot make a Request of: a 400 problem instead of its bare 400.
+ * Anything else that escapes its listener is the gateway's fault: 500 gateway-error, never
+ * blamed on the upstream. Nothing was routed.
+ */
+export function unusableRequest(idHeader: string) {
+  return (err: unknown): Response => {
+    const p = err instanceof RequestError
+      ? new Problem('request-malformed', `The request cannot be routed (${(err as Error).message}); nothing was forwarded.`)
+      : gatewayError()
+    const a = listenerAnswer(p, idHeader)
+    const { 'content-length': _, ...head } = a.head
+    return new Response(a.body, { status: p.status, headers: head as Record<string, string> })
+  }
+}
+
+/** 500 gateway-error: a bug on the request path, said as such. */
+export const gatewayError = (): Problem =>
+  new Problem('gateway-error', 'The gateway failed to handle the request; nothing of it is known to have reached the upstream unless its outcome says so.')
