@@ -21,17 +21,19 @@
  * else. Each call fails with StoreError once `busyTimeoutMs` has passed since it was made.
  * Reads and the calls outside the group commit (resolve, acceptLoss, ping) retry the same way.
  *
- * The SQL text is in ./sql.ts, what each call does inside its transaction in ./operations.ts.
+ * The SQL text is in ./sql.ts, what each call does inside its transaction in ./operations.ts,
+ * opening the file in ./file.ts, the group commit in ./group-commit.ts.
  */
-import { mkdirSync, statSync } from 'node:fs'
-import { dirname } from 'node:path'
+import { statSync } from 'node:fs'
 import { randomUUID } from 'node:crypto'
-import Database, { type Database as Db, type Statement } from 'better-sqlite3'
+import type { Database as Db, Statement } from 'better-sqlite3'
 import { recordId } from '../record-state.js'
 import { storeCall } from '../call.js'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type OlderWrites, type RecordKey, type Registration, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
-import { busyWhy, isBusy, nextPause, retryWhileBusy, Soon } from './busy.js'
-import { ADDED_COLUMNS, META, REGISTRATIONS_SCHEMA, SCHEMA, addColumn, tableInfo } from './sql.js'
+import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, Resolution, ResolveResult, Store, UnknownRecord } from '../types.js'
+import { busyWhy, retryWhileBusy } from './busy.js'
+import { META } from './sql.js'
+import { openFile } from './file.js'
+import { GroupCommit } from './group-commit.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
 import { WriteSequence } from '../sequence.js'
@@ -56,17 +58,6 @@ export interface SqliteStoreOptions {
   sequence?: WriteSequence
 }
 
-/** One request-path write waiting for the next group commit. */
-interface Pending {
-  run: () => unknown
-  resolve: (v: unknown) => void
-  reject: (e: unknown) => void
-  /** performance.now() when the call was made */
-  queued: number
-  /** set inside the batch transaction, settled after COMMIT */
-  result?: { ok: true; value: unknown } | { ok: false; error: unknown }
-}
-
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
   /** false: a call may wait (on timers) for another process's lock, so guardStore races it */
@@ -82,15 +73,10 @@ export class SqliteStore implements Store {
   readonly #ops: Operations
   readonly #metaGet: Statement
   readonly #metaPut: Statement
-  readonly #batchTx: (batch: Pending[]) => void
+  readonly #commits: GroupCommit
   readonly #pingTx: () => void
   readonly #resolveTx: (id: string, as: Resolution, ttlMs: number, now: number) => ResolveResult
   readonly #acceptLossTx: () => string
-  #pending: Pending[] = []
-  /** the group commit due next: on the next turn, or after a pause while the file is locked */
-  readonly #soon = new Soon(() => this.#flush())
-  /** the pause before the next try of a locked batch, ms; 0 after a batch went through */
-  #pause = 0
   /** how long a call may wait for another process's lock, ms */
   readonly #busyTimeoutMs: number
   readonly #reaper?: NodeJS.Timeout
@@ -106,47 +92,20 @@ export class SqliteStore implements Store {
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new TypeError('options.busyTimeoutMs must be a non-negative integer')
     this.#busyTimeoutMs = busyTimeoutMs
     this.sequence = options.sequence ?? new WriteSequence()
-    try {
-      if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
-      this.#db = new Database(path, { timeout: busyTimeoutMs })
-      this.#db.pragma('journal_mode = WAL')
-      this.#db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
-      this.#db.exec(SCHEMA)
-      this.#db.exec(REGISTRATIONS_SCHEMA)
-      // a file made by an older version: the columns added since
-      const columns = new Map<string, Set<string>>()
-      for (const [table, column, type] of ADDED_COLUMNS) {
-        let have = columns.get(table)
-        if (!have) columns.set(table, (have = new Set((this.#db.pragma(tableInfo(table)) as { name: string }[]).map((c) => c.name))))
-        if (!have.has(column)) this.#db.exec(addColumn(table, column, type))
-      }
-      this.#db.prepare(META.init).run('epoch', randomUUID())
-      this.epoch = this.#db.prepare(META.get).pluck().get('epoch') as string
-      this.#path = path
-      this.#inode = path === ':memory:' ? 0 : statSync(path).ino
-      // from here on a locked database answers SQLITE_BUSY at once, and the wait is on timers
-      // (see the file's header): SQLite's busy handler would sleep on the event-loop thread
-      this.#db.pragma('busy_timeout = 0')
-    } catch (e) {
-      throw new StoreError(`cannot open SQLite store at ${path}: ${(e as Error).message}`, 'open', { cause: e })
-    }
-    const db = this.#db
+    const { db, epoch, inode } = openFile(path, busyTimeoutMs, synchronous)
+    this.#db = db
+    this.epoch = epoch
+    this.#path = path
+    this.#inode = inode
     this.#ops = new Operations(db)
     this.#metaGet = db.prepare(META.get).pluck()
     this.#metaPut = db.prepare(META.put)
-    // BEGIN IMMEDIATE: take the write lock before reading, so two processes cannot both read
-    // the old state and then both write (and no deadlock upgrading a read lock).
-    this.#batchTx = db.transaction((batch: Pending[]) => {
-      this.#advance('write')
-      for (const p of batch) {
-        try { p.result = { ok: true, value: p.run() } } catch (error) {
-          // locked out mid-batch (a rollback journal spilling to the file), or SQLite rolled the
-          // whole transaction back (disk full, I/O error): the batch waits, or fails, as one
-          if (isBusy(error) || !db.inTransaction) throw error
-          p.result = { ok: false, error }
-        }
-      }
-    }).immediate
+    this.#commits = new GroupCommit(db, busyTimeoutMs, {
+      begin: () => this.#advance('write'),
+      committed: () => this.sequence.saw(this.#advanced),
+      settled: () => this.#log.kick(),
+      rollback: () => this.#rollback(),
+    })
     this.#pingTx = db.transaction(() => {}).immediate
     this.#resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number) => {
       this.#advance('resolve')
@@ -163,7 +122,7 @@ export class SqliteStore implements Store {
       busyTimeoutMs,
       retentionMs: auditRetentionMs,
       closed: () => this.#closed,
-      writesWaiting: () => this.#pending.length > 0,
+      writesWaiting: () => this.#commits.waiting,
       read: (op, fn) => this.#run(op, fn),
       rollback: () => this.#rollback(),
     })
@@ -189,55 +148,7 @@ export class SqliteStore implements Store {
    */
   #write<T>(op: string, run: () => T): Promise<T> {
     const queued = performance.now()
-    return storeCall('sqlite', op, this.#closed, () => new Promise<T>((resolve, reject) => {
-      this.#pending.push({ run, resolve: resolve as (v: unknown) => void, reject, queued })
-      if (!this.#soon.pending) this.#soon.schedule()
-    }), (e) => busyWhy(e, queued))
-  }
-
-  #flush(): void {
-    this.#soon.cancel()
-    const batch = this.#pending
-    if (!batch.length) return
-    this.#pending = []
-    try {
-      this.#batchTx(batch)
-    } catch (e) {
-      this.#rollback()
-      if (isBusy(e)) return this.#wait(batch, e)
-      // the commit (or BEGIN) failed: nothing of the batch is durable, so nothing is acknowledged
-      for (const p of batch) p.reject(e)
-      this.#log.kick()
-      return
-    }
-    this.#pause = 0
-    this.sequence.saw(this.#advanced)
-    for (const p of batch) {
-      const r = p.result!
-      if (r.ok) p.resolve(r.value)
-      else p.reject(r.error)
-    }
-    // the log's turn, unless more writes came meanwhile
-    this.#log.kick()
-  }
-
-  /**
-   * Another process holds the lock, and the batch was rolled back: its calls whose time is up
-   * fail; the others go back to the head of the queue, ahead of any call made since, in their
-   * order, and are tried again after a pause that ends no later than the first one's time.
-   */
-  #wait(batch: Pending[], e: unknown): void {
-    const now = performance.now()
-    const waiting: Pending[] = []
-    for (const p of batch) {
-      if (now - p.queued >= this.#busyTimeoutMs) p.reject(e)
-      else waiting.push(p)
-    }
-    this.#pending = waiting.concat(this.#pending)
-    if (!this.#pending.length) return this.#log.kick()
-    this.#pause = nextPause(this.#pause)
-    // the queue is in the order the calls were made: the first one's time runs out first
-    this.#soon.schedule(Math.max(0, Math.min(this.#pause, this.#pending[0].queued + this.#busyTimeoutMs - now)))
+    return storeCall('sqlite', op, this.#closed, () => this.#commits.add(run, queued), (e) => busyWhy(e, queued))
   }
 
   /** the sequence the last transaction wrote; read after its COMMIT */
@@ -377,10 +288,7 @@ export class SqliteStore implements Store {
   async close(): Promise<void> {
     this.#closed = true
     if (this.#reaper) clearInterval(this.#reaper)
-    while (this.#pending.length && this.#db.open) {
-      this.#flush()
-      if (this.#pending.length) await new Promise((r) => setTimeout(r, this.#pause))
-    }
+    await this.#commits.drain()
     await this.#log.drain()
     if (this.#db.open) this.#db.close()
   }
