@@ -49,8 +49,9 @@
  * on a route with `serialize: store` is R and U: two store calls per forwarded request, plus one
  * poll every 5–50 ms per request that actually waits.
  *
- * Deadlines (epoch ms, the registering gateway's clock; a reader compares them with its own, so
- * the gateways' clocks must agree to within MARGIN_MS — as for idempotency leases). A
+ * Deadlines (epoch ms; on Redis and PostgreSQL the store's clock: the gateway passes the deadline
+ * as a duration from now and the store reads its own clock to write and to compare it, so
+ * replicas need not agree on the time — src/store/clock.ts; SQLite's gateways share one host's). A
  * registration must outlive the request's outcome mattering even when nobody is left to
  * unregister it, so it is set to the request's own bound: the longest it can wait before sending
  * (`serializeWait`, plus `upstream.timeout` when `inFlight: wait` may wait for the key, plus
@@ -69,7 +70,7 @@ import type { Logger } from '../log.js'
 import type { FenceWindow } from './window-tracker.js'
 import type { OlderWrites, Store } from '../store/types.js'
 
-/** slack in every deadline: store calls around the send, and clock skew between gateways, ms */
+/** slack in every deadline: store calls around the send, ms */
 export const MARGIN_MS = 1000
 /** the first and the longest pause between polls while older writes are registered, ms */
 export const FIRST_POLL_MS = 5

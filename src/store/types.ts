@@ -71,8 +71,9 @@ export interface Store {
    * instant a guarantee depends on from it, inside the script or function — a claim's lease and
    * expiry, a renewal, a finish's expiry, a registration's deadline, a mark's `since` — so the
    * `now` a caller passes only carries durations (a deadline is `now` + how long); the instants
-   * they answer (`leaseUntil`, `since`, `until`, `expiresAt`) are moved onto this process's clock
-   * by the measured offset. Absent for memory and sqlite, whose callers share one host's clock
+   * they answer to the request path (`leaseUntil`, `since`, `until`) are moved onto this process's
+   * clock by the measured offset; `unknowns` lists its times on the store's clock, so every
+   * gateway lists the same. Absent for memory and sqlite, whose callers share one host's clock
    * and whose `now` is the instant itself. Not checked by the suite beyond one claim whose `now`
    * is far from the store's clock (the suite drives time through `now`: those stores are opened
    * with `clock: 'caller'`); test/production/clock-skew.test.ts runs replicas under faketime.

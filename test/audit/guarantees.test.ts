@@ -46,7 +46,7 @@ describe('claimFor', () => {
     expect(c.notGuaranteed.join('\n')).toMatch(/At least once: an attempt whose outcome is unknown may never have taken effect/)
     expect(c.notGuaranteed.join('\n')).toMatch(/check-to-apply window/)
     expect(c.assumptions.join('\n')).toMatch(/upstream closes the check-to-apply window itself .*Fencing-Token/)
-    expect(c.assumptions.join('\n')).toMatch(/within 30s \(idempotency\.lease\).*gateway's clock/)
+    expect(c.assumptions.join('\n')).toMatch(/within 30s \(idempotency\.lease\).*the clock of the one host every gateway sharing the file runs on/)
     expect(c.assumptions.join('\n')).toMatch(/SQLite store \(\/var\/lib\/fencegate\/fg\.db\).*power loss/)
     expect(c.assumptions.join('\n')).toMatch(/one host/)
     // PUT is routed but not deduplicated: said so
@@ -60,8 +60,8 @@ describe('claimFor', () => {
     expect(c.guarantees.join('\n')).not.toMatch(/At most once/)
     expect(c.notGuaranteed.join('\n')).toMatch(/Exactly once: .*take effect twice.*duplicateForwards/)
     expect(c.assumptions.join('\n')).toMatch(/PostgreSQL .*asynchronous standby/)
-    // replicas share the store: their clocks matter for leases
-    expect(c.assumptions.join('\n')).toMatch(/replicas sharing the store .*clocks must agree/)
+    // replicas share the store: leases run on its clock, theirs need not agree
+    expect(c.assumptions.join('\n')).toMatch(/on the store's clock .*replicas sharing the store need not agree on the time/)
     // no fencing: no fencing sentence
     expect(all(c)).not.toMatch(/Fencing is on/)
   })

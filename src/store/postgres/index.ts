@@ -336,8 +336,8 @@ export class PostgresStore implements Store {
       return rows.map((r) => ({
         key: { route: r.route, scope: r.scope, key: r.key },
         reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
-        leaseUntil: Number(r.lease_until) && this.clock.toLocal(Number(r.lease_until)),
-        expiresAt: this.clock.toLocal(Number(r.expires_at)),
+        leaseUntil: Number(r.lease_until),
+        expiresAt: Number(r.expires_at),
       }))
     })
   }

@@ -432,7 +432,7 @@ export class RedisStore implements Store {
           if (expiresAt <= now) continue
           const crashed = state === 'in_flight' && leaseUntil <= now
           if (state !== 'unknown' && !crashed) continue
-          out.push({ key: this.#keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil: leaseUntil && this.clock.toLocal(leaseUntil), expiresAt: this.clock.toLocal(expiresAt) })
+          out.push({ key: this.#keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil, expiresAt })
         }
       }
       for (const node of masters(this.#redis, this.cluster)) {
