@@ -4,7 +4,10 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { expectProblem, post, send, metrics, metric } from './helpers/http.js'
+import { runCli } from './helpers/run.js'
 
 let up: Upstream
 beforeAll(async () => { up = await startUpstream() })
@@ -100,6 +103,11 @@ describe('a full memory store never forgets a completed record silently (store.m
       const finding = JSON.parse(doctor.body.toString()).findings.find((f: { id: string }) => f.id === 'maxRecords')
       expect(finding.setting).toMatch(/^store\.maxRecords 3 \(3 of 3 held, [\d.]+ new keys an hour/)
       expect(finding.consequence).toMatch(/the limit holds \d+ min of new keys, shorter than the longest idempotency\.ttl \(24 h\)/)
+      // the command line asks the running gateway: only it knows its records
+      const file = join(gw.dir, 'doctor.yaml')
+      writeFileSync(file, `listen: 127.0.0.1:1\nadmin:\n  listen: ${new URL(gw.adminUrl).host}\nstore:\n  kind: memory\n  maxRecords: 3\nroutes:\n  - name: full\n    match:\n      path: /full\n    upstream:\n      url: ${up.url}\n    idempotency:\n      required: true\n`)
+      const cli = await runCli(['doctor', '--config', file], { timeout: 20_000 })
+      expect(cli.stdout).toMatch(/RISK +maxRecords: store\.maxRecords 3 \(3 of 3 held/)
       const claim = JSON.parse((await send(`${gw.adminUrl}/audit`)).body.toString()).routes[0].claim
       expect(claim.guarantees.join(' ')).toContain('a request with a new key is refused with 503')
     } finally {
