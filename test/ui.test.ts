@@ -1,7 +1,8 @@
 // The audit view in a real browser (Debian's chromium driven by playwright-core) against a real
 // gateway, store and upstream: the seed's timeline drawn and read back from the DOM, an unknown
 // outcome settled through the page, tokens refused, and hostile text kept as text under the CSP.
-// Screenshots of each view go to docs/images/.
+// Screenshots of each view go to a temporary folder, or to docs/images/ with
+// FENCEGATE_SCREENSHOTS=docs/images (`npm run screenshots`), so a test run leaves the tree clean.
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -13,7 +14,9 @@ import { sleep, until } from './helpers/wait.js'
 
 const READ = 'read-secret-1'
 const WRITE = 'write-secret-2'
-const IMAGES = resolve(import.meta.dirname, '../docs/images')
+const IMAGES = process.env.FENCEGATE_SCREENSHOTS
+  ? resolve(import.meta.dirname, '..', process.env.FENCEGATE_SCREENSHOTS)
+  : mkdtempSync(join(tmpdir(), 'fg-ui-shots-'))
 const HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 
 const { up, gw } = withGateway((up) => ({
