@@ -71,6 +71,8 @@ export interface WriterOptions {
 export class Writer {
   /** one WAIT queue per connection that carries writes (one server: the one connection; cluster: each master's) */
   readonly #waiters = new WeakMap<object, Waiter>()
+  /** replicas: the highest sequence answered so far, not yet known to be on the replicas */
+  #answered = 0n
   constructor(private readonly redis: Conn, private readonly o: WriterOptions) {}
 
   /**
@@ -85,7 +87,10 @@ export class Writer {
     const seen = q.seen.seen
     try {
       const [n, r] = await callScript<SequencedReply<T>>(this.redis, s, [...keys, q.key], [...args, seen > 0n ? seen.toString() : ''], buffer)
-      q.seen.saw(n.toString())
+      // with replicas a sequence counts once a WAIT covered it: a write the replicas never
+      // acknowledged may be lost in a failover without anything acknowledged being lost
+      if (this.o.replicas === 0) q.seen.saw(n.toString())
+      else if (BigInt(n.toString()) > this.#answered) this.#answered = BigInt(n.toString())
       return r
     } catch (e) {
       const back = /^FGBACK (\d+)/.exec((e as Error).message ?? '')
@@ -123,6 +128,8 @@ export class Writer {
     if (!waiter) this.#waiters.set(conn, waiter = new Waiter(conn, replicas, replicasTimeoutMs))
     const node = conn instanceof Redis && this.o.cluster ? `${conn.options.host}:${conn.options.port}` : undefined
     let acked: number
+    // every write answered before this call is covered by the WAIT it joins
+    const covered = this.#answered
     try {
       acked = await waiter.acked()
     } catch (cause) {
@@ -136,5 +143,6 @@ export class Writer {
       e.result = result
       throw e
     }
+    this.o.sequence?.seen.saw(covered)
   }
 }
