@@ -9,6 +9,7 @@
  *   ./connection.ts   the ioredis client, what it retries, and a script sent to a slot's master
  *   ./replicas.ts     `replicas: N`: WAIT after the writes a request relies on; ReplicaShortfall
  *   ./attempt-log.ts  the attempt log in streams
+ *   ./markers.ts      the state markers: the epoch (and its copies on a cluster), accept-loss
  * and here the `Store` operations, which put those together.
  *
  * Fence and claim on one server run as one script, ADMIT (two keys, one round trip). On a
@@ -23,7 +24,6 @@
  * runs only after FENCE accepted), and a newer token fenced between the two is what could
  * happen just after ADMIT too: the request is forwarded either way.
  */
-import { randomUUID } from 'node:crypto'
 import type { Cluster } from 'ioredis'
 import { storeCall } from '../call.js'
 import { asReason, resolveResult } from '../replies.js'
@@ -36,6 +36,7 @@ import { KeyNames } from './keys.js'
 import { ReplicaShortfall, Writer } from './replicas.js'
 import { WriteSequence } from '../sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
+import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import { SCRIPTS, claimArgs, claimOf, fenceOf, type AdmitReply, type ClaimReply, type FenceReply } from './scripts.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
@@ -151,7 +152,6 @@ export class RedisStore implements Store {
   static async open(options: RedisStoreOptions): Promise<RedisStore> {
     const store = new RedisStore(options)
     const r = store.#redis
-    const keys = store.#keys
     try {
       if (store.cluster) {
         // a cluster client retries its first connection in the background: bound the wait
@@ -168,14 +168,7 @@ export class RedisStore implements Store {
         if (/^cluster_enabled:1/m.test(info)) throw new Error('it is a Redis Cluster node: set store.cluster: true (and list seed nodes in store.url)')
         store.#history.observe(await replicationIds(r).catch(() => undefined), 'open')
       }
-      await r.set(keys.epoch, randomUUID(), 'NX')
-      store.epoch = (await r.get(keys.epoch)) ?? ''
-      if (store.cluster) {
-        const copies = await Promise.all(keys.markers.map((k) => r.get(k)))
-        // a new prefix: copy the epoch into every block; copies already there (all, or only
-        // some: a master lost its data) are left for markers() to report
-        if (copies.every((c) => c === null)) await Promise.all(keys.markers.map((k) => r.set(k, store.epoch, 'NX')))
-      }
+      store.epoch = await initEpoch(r, store.#keys, store.cluster)
       await store.clock.measure()
       store.clock.start()
     } catch (e) {
@@ -186,49 +179,17 @@ export class RedisStore implements Store {
     return store
   }
 
-  /**
-   * One server: the epoch key. Cluster: the epoch key and its 256 copies, read from every master
-   * that holds one; unless all are present and equal the epoch reads as missing (lost), so a
-   * master that came back empty, or a replica promoted without the data, shows as a loss.
-   */
+  /** The state markers (./markers.ts); one server: after checking the primary followed (./history.ts). */
   async markers(): Promise<StateMarkers> {
     return this.#run('markers', async () => {
-      const keys = this.#keys
-      if (!this.cluster) {
-        await this.#checkHistory('markers')
-        const [epoch, accepted] = await this.#redis.mget(keys.epoch, keys.accepted)
-        return { epoch: epoch ?? undefined, accepted: accepted ?? undefined }
-      }
-      const [epoch, accepted, ...copies] = await Promise.all([keys.epoch, keys.accepted, ...keys.markers].map((k) => this.#redis.get(k)))
-      const whole = epoch !== null && copies.every((c) => c === epoch)
-      return { epoch: whole ? epoch : undefined, accepted: accepted ?? undefined }
+      if (!this.cluster) await this.#checkHistory('markers')
+      return readMarkers(this.#redis, this.#keys, this.cluster)
     })
   }
 
-  /**
-   * One server: writes a new epoch when none is left. Cluster: keeps the epoch when it and every
-   * copy are intact, else writes a new one to the epoch key and every copy. Then marks it accepted.
-   */
+  /** See ./markers.ts. */
   async acceptLoss(): Promise<string> {
-    return this.#run('accept_loss', async () => {
-      const r = this.#redis
-      const keys = this.#keys
-      let epoch: string
-      if (!this.cluster) {
-        await r.set(keys.epoch, randomUUID(), 'NX')
-        epoch = (await r.get(keys.epoch))!
-      } else {
-        const [current, ...copies] = await Promise.all([keys.epoch, ...keys.markers].map((k) => r.get(k)))
-        if (current !== null && copies.every((c) => c === current)) {
-          epoch = current
-        } else {
-          epoch = randomUUID()
-          await Promise.all([keys.epoch, ...keys.markers].map((k) => r.set(k, epoch)))
-        }
-      }
-      await r.set(keys.accepted, epoch)
-      return epoch
-    })
+    return this.#run('accept_loss', () => acceptLoss(this.#redis, this.#keys, this.cluster))
   }
 
   /** One server: the replication ids now, against the primary known (./history.ts). @throws StoreWentBack */
@@ -238,7 +199,7 @@ export class RedisStore implements Store {
 
   /** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
   retireEpoch(): Promise<void> {
-    return this.#run('retire_epoch', async () => { await this.#redis.set(this.#keys.epoch, randomUUID()) })
+    return this.#run('retire_epoch', () => retireEpoch(this.#redis, this.#keys))
   }
 
   /**
