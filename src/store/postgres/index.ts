@@ -4,6 +4,7 @@
  * Tables carry the schema version in their names (like the SQLite store) and live in
  * `store.schema`; `fencegate migrate` creates them (./migrate.ts), and so does start-up unless
  * `store.migrate: false`. The SQL text — tables, plpgsql functions, statements — is in ./sql.ts.
+ * The attempt log's table is read and written in ./attempt-log.ts.
  * The request path's operations (fence, claim, admit, finish, release) are group-committed
  * (./batches.ts): the calls of one operation made in one event-loop turn, or while earlier
  * batches of it run, go as one call of a `*_many` function — one round trip and one transaction
@@ -27,8 +28,8 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from '../types.js'
-import { auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
-import type { AuditEntry, AuditLog } from '../attempt-log/types.js'
+import type { AuditLog } from '../attempt-log/types.js'
+import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../types.js'
 import { storeCall } from '../call.js'
 import { resolveResult } from '../replies.js'
@@ -135,20 +136,7 @@ export class PostgresStore implements Store {
     }
     this.#batches = groupCommit(this.#pool, this.#q, this.#write)
     this.clock = new StoreClock(async () => Number((await this.#pool.query<{ ms: number }>(this.#q.clock)).rows[0].ms), clock === 'caller')
-    this.audit = {
-      append: (batch) => this.#auditAppend(batch),
-      query: (since, until, route) => this.#auditQuery(since, until, route),
-      timeline: (filter, since, limit) => this.#run('audit_timeline', async () => {
-        const q = timelineSql(this.#q.auditTable, (n) => `$${n}`, filter, since, limit)
-        const { rows } = await this.#pool.query(q.text, q.values)
-        return rows.map(entryFromRow)
-      }),
-      fenced: (since, until, route, limit) => this.#run('audit_fenced', async () => {
-        const q = fencedSql(this.#q.auditTable, (n) => `$${n}`, since, until, route, limit)
-        const { rows } = await this.#pool.query(q.text, q.values)
-        return rows.map(entryFromRow)
-      }),
-    }
+    this.audit = tableLog(this.#pool, this.#q, (op, fn) => this.#run(op, fn))
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => {
         // records and registrations by the server's clock; the attempt log's times are the gateways'
@@ -311,21 +299,6 @@ export class PostgresStore implements Store {
     })
   }
 
-  /** One multi-row INSERT per batch. */
-  #auditAppend(batch: readonly AuditEntry[]): Promise<void> {
-    return this.#run('audit_append', async () => {
-      if (!batch.length) return
-      await this.#pool.query(this.#q.auditInsert(batch.length), batch.flatMap(auditRow))
-    })
-  }
-
-  #auditQuery(since: number, until: number, route?: string) {
-    return this.#run('audit_query', async () => {
-      const { rows } = await this.#pool.query({ ...this.#q.auditQuery, values: [since, until, route ?? null] })
-      return countsFromRows(rows)
-    })
-  }
-
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
     return this.#run('unknowns', async () => {
@@ -343,9 +316,8 @@ export class PostgresStore implements Store {
   }
 
   /** Deletes attempt log entries older than the retention; returns how many. */
-  async reapAudit(now: number): Promise<number> {
-    const { rowCount } = await this.#pool.query({ ...this.#q.auditReap, values: [now - this.#auditRetentionMs] })
-    return rowCount ?? 0
+  reapAudit(now: number): Promise<number> {
+    return reapLog(this.#pool, this.#q, now - this.#auditRetentionMs)
   }
 
   /**
