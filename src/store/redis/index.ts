@@ -10,6 +10,7 @@
  *   ./replicas.ts     `replicas: N`: WAIT after the writes a request relies on; ReplicaShortfall
  *   ./attempt-log.ts  the attempt log in streams
  *   ./markers.ts      the state markers: the epoch (and its copies on a cluster), accept-loss
+ *   ./unknowns.ts     the records in the unknown state, scanned on every master
  * and here the `Store` operations, which put those together.
  *
  * Fence and claim on one server run as one script, ADMIT (two keys, one round trip). On a
@@ -26,7 +27,7 @@
  */
 import type { Cluster } from 'ioredis'
 import { storeCall } from '../call.js'
-import { asReason, resolveResult } from '../replies.js'
+import { resolveResult } from '../replies.js'
 import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../types.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
@@ -37,6 +38,7 @@ import { ReplicaShortfall, Writer } from './replicas.js'
 import { WriteSequence } from '../sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
+import { scanUnknowns } from './unknowns.js'
 import { SCRIPTS, claimArgs, claimOf, fenceOf, type AdmitReply, type ClaimReply, type FenceReply } from './scripts.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
@@ -377,37 +379,7 @@ export class RedisStore implements Store {
    */
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
-    return this.#run('unknowns', async () => {
-      const match = this.#keys.records(route)
-      const out: UnknownRecord[] = []
-      const seen = new Set<string>()
-      // each master's records against that master's clock
-      const read = async (keys: string[], now: number) => {
-        const fresh = keys.filter((k) => !seen.has(k))
-        for (const k of fresh) seen.add(k)
-        if (!fresh.length) return
-        const replies = await Promise.all(fresh.map((k) => this.#redis.hmget(k, 'state', 'lease', 'exp', 'reason')))
-        for (let i = 0; i < fresh.length && out.length < limit; i++) {
-          const [state, lease, exp, reason] = replies[i]
-          const leaseUntil = Number(lease ?? 0), expiresAt = Number(exp ?? 0)
-          if (expiresAt <= now) continue
-          const crashed = state === 'in_flight' && leaseUntil <= now
-          if (state !== 'unknown' && !crashed) continue
-          out.push({ key: this.#keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil, expiresAt })
-        }
-      }
-      for (const node of masters(this.#redis, this.cluster)) {
-        const nodeNow = this.clock.caller ? now : timeOf(await node.time())
-        let cursor = '0'
-        do {
-          const [next, keys] = await node.scan(cursor, 'MATCH', match, 'COUNT', 1000)
-          cursor = next
-          await read(keys, nodeNow)
-        } while (cursor !== '0' && out.length < limit)
-        if (out.length >= limit) break
-      }
-      return out
-    })
+    return this.#run('unknowns', () => scanUnknowns(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
   }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)
