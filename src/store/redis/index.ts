@@ -11,6 +11,7 @@
  *   ./attempt-log.ts  the attempt log in streams
  *   ./markers.ts      the state markers: the epoch (and its copies on a cluster), accept-loss
  *   ./unknowns.ts     the records in the unknown state, scanned on every master
+ *   ./options.ts      what the store is opened with
  * and here the `Store` operations, which put those together.
  *
  * Fence and claim on one server run as one script, ADMIT (two keys, one round trip). On a
@@ -39,45 +40,12 @@ import { WriteSequence } from '../sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import { scanUnknowns } from './unknowns.js'
+import type { RedisStoreOptions } from './options.js'
 import { SCRIPTS, claimArgs, claimOf, fenceOf, type AdmitReply, type ClaimReply, type FenceReply } from './scripts.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
-
-export interface RedisStoreOptions {
-  /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated; with `sentinels`, optional */
-  url?: string
-  /** `url` names seed nodes of a Redis Cluster; default false */
-  cluster?: boolean
-  /** namespace for every key, so several deployments (or test runs) share one Redis; default "fencegate" */
-  keyPrefix?: string
-  /** how long to wait for a TCP connection, ms; default 1000 */
-  connectTimeoutMs?: number
-  /** longest pause between reconnection attempts, ms; default 2000 */
-  maxBackoffMs?: number
-  /** attempt log entries older than this are trimmed from the stream, ms; default 7 days */
-  auditRetentionMs?: number
-  /** replicas that must acknowledge a write before it counts (WAIT); default 0: no wait */
-  replicas?: number
-  /** WAIT's timeout, ms; default 250 */
-  replicasTimeoutMs?: number
-  /** the write sequence to follow (../sequence.ts); default a new one */
-  sequence?: WriteSequence
-  /** Sentinels (host:port) to find the primary named `sentinelName` through; `url` then gives only credentials, TLS and database */
-  sentinels?: string[]
-  sentinelName?: string
-  /**
-   * cluster: a command not answered after this long (redirections and retries included) is
-   * given up by the client, ms; default 2000. The gateway's `store.timeout` answers the request
-   * before that; this only bounds what is left running.
-   */
-  commandTimeoutMs?: number
-  /**
-   * where instants come from: 'store' (default) the server's TIME, inside every script; 'caller'
-   * the `now` each call passes — for tests that drive time through it (the conformance suite)
-   */
-  clock?: 'store' | 'caller'
-}
+export type { RedisStoreOptions } from './options.js'
 
 /** TIME's answer (seconds, microseconds) as epoch ms. */
 const timeOf = ([sec, usec]: (number | string)[]): number => Number(sec) * 1000 + Math.floor(Number(usec) / 1000)

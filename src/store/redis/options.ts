@@ -1,0 +1,37 @@
+/** What a Redis store is opened with: one server, Sentinels or a cluster, timeouts, replicas, clock. */
+import type { WriteSequence } from '../sequence.js'
+
+export interface RedisStoreOptions {
+  /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated; with `sentinels`, optional */
+  url?: string
+  /** `url` names seed nodes of a Redis Cluster; default false */
+  cluster?: boolean
+  /** namespace for every key, so several deployments (or test runs) share one Redis; default "fencegate" */
+  keyPrefix?: string
+  /** how long to wait for a TCP connection, ms; default 1000 */
+  connectTimeoutMs?: number
+  /** longest pause between reconnection attempts, ms; default 2000 */
+  maxBackoffMs?: number
+  /** attempt log entries older than this are trimmed from the stream, ms; default 7 days */
+  auditRetentionMs?: number
+  /** replicas that must acknowledge a write before it counts (WAIT); default 0: no wait */
+  replicas?: number
+  /** WAIT's timeout, ms; default 250 */
+  replicasTimeoutMs?: number
+  /** the write sequence to follow (../sequence.ts); default a new one */
+  sequence?: WriteSequence
+  /** Sentinels (host:port) to find the primary named `sentinelName` through; `url` then gives only credentials, TLS and database */
+  sentinels?: string[]
+  sentinelName?: string
+  /**
+   * cluster: a command not answered after this long (redirections and retries included) is
+   * given up by the client, ms; default 2000. The gateway's `store.timeout` answers the request
+   * before that; this only bounds what is left running.
+   */
+  commandTimeoutMs?: number
+  /**
+   * where instants come from: 'store' (default) the server's TIME, inside every script; 'caller'
+   * the `now` each call passes — for tests that drive time through it (the conformance suite)
+   */
+  clock?: 'store' | 'caller'
+}
