@@ -26,8 +26,11 @@ import type { Config, RouteConfig } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
 import { formatDuration } from '../config/units.js'
-import { brokerSettings, formatBrokerSettings, type BrokerSetting } from './broker-settings.js'
+import { brokerSettings, type BrokerSetting } from './broker-settings.js'
 import { histogram, type Histogram } from './histogram.js'
+import { human } from './human.js'
+
+export { human } from './human.js'
 
 /** Most fenced attempts read per report (the newest of the window). */
 export const LEASES_LIMIT = 100_000
@@ -125,14 +128,6 @@ function quantile(sorted: readonly number[], q: number): number | undefined {
 
 const round = (ms: number | undefined): number | undefined => (ms === undefined ? undefined : Math.round(ms * 10) / 10)
 
-/** A duration for people: 12 ms, 1.4 s, 2 min 5 s, 3 h 10 min. */
-export function human(ms: number): string {
-  if (ms < 1000) return `${Math.round(ms)} ms`
-  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1).replace(/\.?0+$/, '')} s`
-  if (ms < 3_600_000) { const m = Math.floor(ms / 60_000); const s = Math.round((ms % 60_000) / 1000); return s ? `${m} min ${s} s` : `${m} min` }
-  const h = Math.floor(ms / 3_600_000); const m = Math.round((ms % 3_600_000) / 60_000)
-  return m ? `${h} h ${m} min` : `${h} h`
-}
 
 /** Rounds a lease up to a value a config writes: 100 ms steps below 10 s, whole seconds below 2 min, 5 s steps above. */
 function roundUp(ms: number): number {
@@ -285,28 +280,4 @@ export async function buildLeases(config: Config, log: AuditLog, since: number, 
     routes.push(r)
   }
   return { since: new Date(since).toISOString(), until: new Date(until).toISOString(), routes, method: METHOD }
-}
-
-/** The report for people: per route, the numbers, then the advice and the warnings. */
-export function formatLeases(report: LeaseReport, config?: Config): string {
-  const out: string[] = [`fencegate leases  ${report.since} .. ${report.until}`, '']
-  if (!report.routes.length) out.push(`(no fenced route${config ? ` in the config: routes ${config.routes.map((r) => r.name).join(', ')} have no fencing` : ''})`, '')
-  const ms = (v: number | undefined) => (v === undefined ? '-' : human(v))
-  for (const r of report.routes) {
-    out.push(`route ${r.route}   (upstream.timeout ${formatDuration(r.configured.upstreamTimeoutMs)}${r.configured.idempotencyLeaseMs !== undefined ? `, idempotency.lease ${formatDuration(r.configured.idempotencyLeaseMs)}` : ''})`)
-    const e = r.effects
-    out.push(`  effects      ${e.count} answered, ${e.unanswered} unanswered   p50 ${ms(e.p50Ms)}  p99 ${ms(e.p99Ms)}  p99.9 ${ms(e.p999Ms)}  max ${ms(e.maxMs)}`)
-    const g = r.generations
-    out.push(`  generations  ${g.total} on ${g.resources} resource${g.resources === 1 ? '' : 's'}, ${g.handovers} handover${g.handovers === 1 ? '' : 's'} (${g.handoversPerHour}/h), median tenure ${ms(g.medianTenureMs)}`)
-    const s = r.stale
-    out.push(`  stale        ${s.count} (lateness measured for ${s.measured})   p50 ${ms(s.latenessP50Ms)}  p99 ${ms(s.latenessP99Ms)}  max ${ms(s.latenessMaxMs)}`)
-    if (r.advice.minimumLeaseMs !== undefined) out.push(`  advice       lease ≥ ${formatDuration(r.advice.minimumLeaseMs)}, renew every ${formatDuration(r.advice.renewalIntervalMs!)}`)
-    for (const l of r.advice.lines) out.push(`    - ${l}`)
-    for (const w of r.advice.warnings) out.push(`    ! ${w}`)
-    if (r.advice.brokers) out.push('  in the broker\'s words (the advised lease and renewal as each one\'s setting):', ...formatBrokerSettings(r.advice.brokers))
-    out.push('')
-  }
-  out.push('how:')
-  for (const m of report.method) out.push(`  - ${m}`)
-  return out.join('\n')
 }
