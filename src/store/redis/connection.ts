@@ -1,6 +1,6 @@
 /**
- * The Redis store's client (ioredis): one server, or a Redis Cluster; and running a script on
- * the connection of the master that serves its keys' slot.
+ * The Redis store's client (ioredis): one server, or a Redis Cluster; running a script on the
+ * connection of the master that serves its keys' slot; and every master's TIME and PING.
  *
  * Failure (one server): no offline queue and no command retry, so a call made while the
  * connection is down rejects at once (StoreError, 503 upstream of here) instead of queueing;
@@ -146,6 +146,30 @@ export function masters(conn: Conn, cluster: boolean): (Redis | Cluster)[] {
     if (k === undefined || !known.has(k)) throw new Error(`slot ${s} has no master reachable now`)
   }
   return nodes
+}
+
+/** TIME's answer (seconds, microseconds) as epoch ms. */
+export const timeOf = ([sec, usec]: (number | string)[]): number => Number(sec) * 1000 + Math.floor(Number(usec) / 1000)
+
+/**
+ * The server's TIME, epoch ms; on a cluster, the master whose clock is furthest from this
+ * process's (each master keeps the leases of its own slots).
+ */
+export async function serverTime(conn: Conn, cluster: boolean): Promise<number> {
+  const readings = await Promise.all(masters(conn, cluster).map(async (n) => timeOf(await n.time())))
+  const here = Date.now()
+  return readings.reduce((far, t) => (Math.abs(t - here) > Math.abs(far - here) ? t : far))
+}
+
+/** `RedisStore.ping` (see there). */
+export async function ping(conn: Conn, cluster: boolean): Promise<void> {
+  if (!cluster) {
+    await conn.ping()
+    return
+  }
+  const info = String(await (conn as Cluster).cluster('INFO'))
+  if (!info.includes('cluster_state:ok')) throw new Error(`cluster_state is not ok (${/cluster_state:(\w+)/.exec(info)?.[1] ?? '?'})`)
+  await Promise.all(masters(conn, cluster).map((n) => n.ping()))
 }
 
 // ------------------------------------------------------------------ a slot's master's own connection
