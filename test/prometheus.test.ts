@@ -273,8 +273,10 @@ describe('against a real Prometheus', () => {
     expect(await stat('Unknown outcomes')).toBe(3)
     expect(await stat('Duplicate forwards')).toBe(1)
     expect(await stat('Overtaken writes')).toBe(1)
+    // the locked batch's entries: one or both, as the lock met the batch (a retried batch that
+    // commits after the lock goes drops nothing)
     const dropped = await stat('Dropped attempt-log entries')
-    expect(dropped).toBeGreaterThanOrEqual(2)
+    expect(dropped).toBeGreaterThanOrEqual(1)
     expect(Number.isInteger(dropped)).toBe(true)
     // and the store's state lost: the state-loss stat
     expect(await stat('Store state lost')).toBe(1)
