@@ -104,6 +104,9 @@ export function lateStore(kind: Store['kind'], open: () => Promise<Store>, log: 
       if (prop === 'inProcess') return false
       if (prop === 'sequence') return options.sequence ?? inner?.sequence
       if (prop === 'clock') return inner?.clock
+      // optional and synchronous: a stand-in has nothing to watch (only the in-process memory
+      // store evicts, and it is never opened late), so it must not answer with a rejection
+      if (prop === 'watchEvictions') return inner?.watchEvictions?.bind(inner)
       if (prop === 'audit') return audit
       if (prop === 'close') {
         return async () => {
