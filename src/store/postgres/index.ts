@@ -4,7 +4,10 @@
  * Tables carry the schema version in their names (like the SQLite store) and live in
  * `store.schema`; `fencegate migrate` creates them (./migrate.ts), and so does start-up unless
  * `store.migrate: false`. The SQL text — tables, plpgsql functions, statements — is in ./sql.ts.
- * The attempt log's table is read and written in ./attempt-log.ts.
+ * The attempt log's table is read and written in ./attempt-log.ts; the state markers (the epoch,
+ * accept-loss) and the timeline are read in ./markers.ts, and the operators' reads (a mark, the
+ * unknown outcomes) in ./reads.ts; the registrations of `fencing.serialize: store` in
+ * ./serialize.ts.
  * The request path's operations (fence, claim, admit, finish, release) are group-committed
  * (./batches.ts): the calls of one operation made in one event-loop turn, or while earlier
  * batches of it run, go as one call of a `*_many` function — one round trip and one transaction
@@ -18,7 +21,7 @@
  * - finish and release: one `UPDATE` / `DELETE` guarded by claim_id and state = 'in_flight'.
  * Tokens travel as decimal text and are stored as BIGINT: never a JS number.
  * A reaper deletes expired records in batches of 1000 (`FOR UPDATE SKIP LOCKED`, so replicas
- * reaping at once do not queue behind each other).
+ * reaping at once do not queue behind each other; ./reaping.ts).
  *
  * Failure: the pool never waits for a connection longer than `connectTimeoutMs`, statements are
  * cancelled by the server after `statementTimeoutMs`, and a connection the server ends (restart,
@@ -26,8 +29,7 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { randomUUID } from 'node:crypto'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownReason, type UnknownRecord } from '../types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../types.js'
@@ -38,10 +40,14 @@ import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
 import { migratePostgres, quoted } from './migrate.js'
 import { queries, type Named, type Queries } from './sql.js'
-import { sequencedQuery, currentTimelineSql, Timeline, type SequencedQuery } from './sequence.js'
+import { sequencedQuery, Timeline, type SequencedQuery } from './sequence.js'
 import { WriteSequence } from '../sequence.js'
 import { StandbyWatch } from './standbys.js'
 import { createPool, type PostgresStoreOptions } from './pool.js'
+import { acceptLoss, readEpoch, readMarkers, readTimeline, retireEpoch } from './markers.js'
+import { readHighest, readMark, readUnknowns } from './reads.js'
+import { olderRegistered, register } from './serialize.js'
+import { reapIn } from './reaping.js'
 
 export { migratePostgres }
 export type { PostgresStoreOptions } from './pool.js'
@@ -115,9 +121,8 @@ export class PostgresStore implements Store {
     const store = new PostgresStore(options)
     const q = store.#q
     try {
-      const { rows } = await store.#pool.query(q.epochRead)
-      store.epoch = rows[0]?.value ?? ''
-      store.#timeline.known ??= await store.#readTimeline().catch(() => undefined)
+      store.epoch = await readEpoch(store.#pool, q)
+      store.#timeline.known ??= await readTimeline(store.#pool).catch(() => undefined)
       await store.#standbys?.start()
       const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public'])
       const { rows: seq } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(options.schema ?? 'public')}.fg_seq_v1`])
@@ -138,37 +143,18 @@ export class PostgresStore implements Store {
     return store
   }
 
-  /** The server's current timeline; rejects on a standby (no WAL of its own). */
-  async #readTimeline(): Promise<string> {
-    const { rows } = await this.#pool.query<{ tl: string }>(currentTimelineSql)
-    return rows[0].tl
-  }
-
   /** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
   retireEpoch(): Promise<void> {
-    return this.#run('retire_epoch', async () => {
-      await this.#pool.query(`UPDATE ${this.#schema}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`, [randomUUID()])
-    })
+    return this.#run('retire_epoch', () => retireEpoch(this.#pool, this.#schema))
   }
 
   /** Also looks at the timeline: a new one without store.replicas is reported (StoreWentBack). */
   async markers(): Promise<StateMarkers> {
-    return this.#run('markers', async () => {
-      this.#timeline.observe(await this.#readTimeline(), 'markers')
-      const { rows } = await this.#pool.query(this.#q.markers)
-      const get = (n: string) => rows.find((r) => r.name === n)?.value as string | undefined
-      return { epoch: get('epoch'), accepted: get('accepted') }
-    })
+    return this.#run('markers', () => readMarkers(this.#pool, this.#q, this.#timeline))
   }
 
   async acceptLoss(): Promise<string> {
-    return this.#run('accept_loss', async () => {
-      await this.#pool.query(this.#q.epochWrite, [randomUUID()])
-      const { rows } = await this.#pool.query(this.#q.epochRead)
-      const epoch = rows[0].value as string
-      await this.#pool.query(this.#q.acceptEpoch, [epoch])
-      return epoch
-    })
+    return this.#run('accept_loss', () => acceptLoss(this.#pool, this.#q))
   }
 
   #run<T>(op: string, fn: () => Promise<T>): Promise<T> {
@@ -215,18 +201,11 @@ export class PostgresStore implements Store {
   }
 
   highest(resource: string): Promise<bigint | undefined> {
-    return this.#run('highest', async () => {
-      const { rows } = await this.#pool.query({ ...this.#q.highest, values: [resource] })
-      return rows.length ? BigInt(rows[0].highest) : undefined
-    })
+    return this.#run('highest', () => readHighest(this.#pool, this.#q, resource))
   }
 
   mark(resource: string): Promise<FenceMark | undefined> {
-    return this.#run('mark', async () => {
-      const { rows } = await this.#pool.query({ ...this.#q.mark, values: [resource] })
-      if (!rows.length) return undefined
-      return rows[0].since === null ? { highest: BigInt(rows[0].highest) } : { highest: BigInt(rows[0].highest), since: this.clock.toLocal(Number(rows[0].since)) }
-    })
+    return this.#run('mark', () => readMark(this.#pool, this.#q, this.clock, resource))
   }
 
   claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
@@ -259,18 +238,7 @@ export class PostgresStore implements Store {
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
-    return this.#run('unknowns', async () => {
-      const { rows } = await this.#pool.query<{ route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string }>({
-        ...this.#q.unknowns,
-        values: [this.#now(now), route ?? null, limit],
-      })
-      return rows.map((r) => ({
-        key: { route: r.route, scope: r.scope, key: r.key },
-        reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
-        leaseUntil: Number(r.lease_until),
-        expiresAt: Number(r.expires_at),
-      }))
-    })
+    return this.#run('unknowns', () => readUnknowns(this.#pool, this.#q, this.#now(now), route, limit))
   }
 
   /** Deletes attempt log entries older than the retention; returns how many. */
@@ -287,35 +255,19 @@ export class PostgresStore implements Store {
     return this.#reapIn(this.#q.reap, now, batch, maxBatches)
   }
 
-  async #reapIn(query: Named, now: number, batch: number, maxBatches: number): Promise<number> {
-    let total = 0
-    for (let i = 0; i < maxBatches && !this.#closed; i++) {
-      const { rowCount } = await this.#pool.query({ ...query, values: [this.#now(now), batch] })
-      total += rowCount ?? 0
-      if ((rowCount ?? 0) < batch) break
-    }
-    return total
+  #reapIn(query: Named, now: number, batch: number, maxBatches: number): Promise<number> {
+    return reapIn(this.#pool, query, this.#now(now), batch, maxBatches, () => this.#closed)
   }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)
 
   /** See `Store.register` and registrationsSchemaSql (./sql.ts). Group-committed like the fences. */
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
-    return this.#run('register', async () => {
-      const r = await this.#batches.register({ resource, token, id, holdMs: deadline - now, now: this.#now(now) }).catch((e) => { throw registrationsMissing(e) })
-      return r.registered && r.oldest !== undefined ? { ...r, until: this.clock.toLocal(r.until) } : r
-    })
+    return this.#run('register', () => register(this.#batches, this.clock, { resource, token, id, holdMs: deadline - now, now: this.#now(now) }))
   }
 
   olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
-    return this.#run('older_registered', async () => {
-      const { rows } = await this.#pool.query<{ oldest: string | null; until: string }>({
-        ...this.#q.olderRegistered,
-        values: [resource, token.toString(), this.#now(now)],
-      }).catch((e) => { throw registrationsMissing(e) })
-      const r = rows[0]
-      return r.oldest === null ? { until: 0 } : { oldest: BigInt(r.oldest), until: this.clock.toLocal(Number(r.until)) }
-    })
+    return this.#run('older_registered', () => olderRegistered(this.#pool, this.#q, this.clock, resource, token, this.#now(now)))
   }
 
   unregister(resource: string, id: string, until = 0): Promise<void> {

@@ -1,0 +1,34 @@
+/**
+ * The PostgreSQL store's reads that change nothing: a resource's mark (its highest token, and
+ * since when) and the records whose outcome is unknown.
+ */
+import type pg from 'pg'
+import type { StoreClock } from '../clock.js'
+import type { FenceMark, UnknownReason, UnknownRecord } from '../types.js'
+import type { Queries } from './sql.js'
+
+export async function readHighest(pool: pg.Pool, q: Queries, resource: string): Promise<bigint | undefined> {
+  const { rows } = await pool.query({ ...q.highest, values: [resource] })
+  return rows.length ? BigInt(rows[0].highest) : undefined
+}
+
+/** `since` on this process's clock. */
+export async function readMark(pool: pg.Pool, q: Queries, clock: StoreClock, resource: string): Promise<FenceMark | undefined> {
+  const { rows } = await pool.query({ ...q.mark, values: [resource] })
+  if (!rows.length) return undefined
+  return rows[0].since === null ? { highest: BigInt(rows[0].highest) } : { highest: BigInt(rows[0].highest), since: clock.toLocal(Number(rows[0].since)) }
+}
+
+/** At most `limit`, only `route`'s when given; `now` null: the server's clock. */
+export async function readUnknowns(pool: pg.Pool, q: Queries, now: number | null, route: string | undefined, limit: number): Promise<UnknownRecord[]> {
+  const { rows } = await pool.query<{ route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string }>({
+    ...q.unknowns,
+    values: [now, route ?? null, limit],
+  })
+  return rows.map((r) => ({
+    key: { route: r.route, scope: r.scope, key: r.key },
+    reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
+    leaseUntil: Number(r.lease_until),
+    expiresAt: Number(r.expires_at),
+  }))
+}
