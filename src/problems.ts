@@ -6,7 +6,6 @@
  */
 
 import type { Outcome } from './outcomes.js'
-import { StoreFull, type StoreError } from './store/types.js'
 
 interface ProblemKind { status: number; title: string; outcome: Outcome }
 
@@ -100,8 +99,20 @@ export class Problem extends Error {
   }
 }
 
+/**
+ * What the 503 reads of the store's error: a full store's (StoreFull, src/store/errors.ts) limit,
+ * its size and when room comes. Read by shape, so that this module imports nothing of the store.
+ */
+export interface StoreRefusal {
+  readonly name: string
+  readonly limit?: string
+  readonly max?: number
+  /** epoch ms */
+  readonly until?: number
+}
+
 /** What a full store's 503 says: which limit, and that nothing was forgotten to make room. */
-const FULL: Record<StoreFull['limit'], (max: number) => string> = {
+const FULL: Record<string, (max: number) => string> = {
   max_records: (max) => `The store holds its limit of ${max} unexpired idempotency records (store.maxRecords) and forgets none before its ttl, so this request's new key cannot be recorded; nothing was forwarded. Raise store.maxRecords, shorten idempotency.ttl, or use a store on disk.`,
   max_resources: (max) => `The store holds its limit of ${max} fencing resources (store.maxResources) and never forgets a high-water mark, so this request's new resource cannot be fenced; nothing was forwarded. Raise store.maxResources, or use a store on disk.`,
   max_attempts: (max) => `The store's attempt log holds its limit of ${max} entries (store.maxAttempts); nothing was forwarded.`,
@@ -112,10 +123,11 @@ const FULL: Record<StoreFull['limit'], (max: number) => string> = {
  * forwarded). The app's error handlers turn every StoreError into it, in one place each; a full
  * store (StoreFull) is named with its limit, and Retry-After is when room comes at the earliest.
  */
-export function storeUnavailable(e?: StoreError): Problem {
-  if (e instanceof StoreFull) {
-    const wait = e.until === undefined ? 60 : Math.max(1, Math.ceil((e.until - Date.now()) / 1000))
-    return new Problem('store-unavailable', FULL[e.limit](e.max), { limit: e.limit, max: e.max }, { 'retry-after': String(wait) })
+export function storeUnavailable(e?: StoreRefusal): Problem {
+  const { name, limit, max, until } = e ?? {}
+  if (name === 'StoreFull' && limit !== undefined && max !== undefined && FULL[limit]) {
+    const wait = until === undefined ? 60 : Math.max(1, Math.ceil((until - Date.now()) / 1000))
+    return new Problem('store-unavailable', FULL[limit](max), { limit, max }, { 'retry-after': String(wait) })
   }
   return new Problem('store-unavailable', 'The gateway cannot reach its store, so it cannot check this request; nothing was forwarded.', {}, { 'retry-after': '1' })
 }
