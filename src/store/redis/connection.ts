@@ -47,6 +47,18 @@ export interface ClientOptions {
 export function createClient(o: ClientOptions): Conn {
   const retryStrategy = (times: number) => Math.min(50 * 2 ** Math.min(times, 10), o.maxBackoffMs)
   let conn: Conn
+  // one server, or the primary Sentinel names: nothing queued or re-sent while disconnected
+  const oneServer = {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    // commands issued in the same tick by concurrent requests share one write to the socket
+    enableAutoPipelining: true,
+    connectTimeout: o.connectTimeoutMs,
+    retryStrategy,
+    // a replica that became read-only after a failover: reconnect so we reach the new primary
+    reconnectOnError: (e: Error) => e.message.startsWith('READONLY'),
+  }
   if (o.cluster) {
     const first = new URL(o.urls[0])
     const nodeOptions: RedisOptions = {
@@ -99,26 +111,10 @@ export function createClient(o: ClientOptions): Conn {
       role: 'master',
       failoverDetector: true,
       sentinelRetryStrategy: retryStrategy,
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      enableAutoPipelining: true,
-      connectTimeout: o.connectTimeoutMs,
-      retryStrategy,
-      reconnectOnError: (e: Error) => e.message.startsWith('READONLY'),
+      ...oneServer,
     }) as Redis & ScriptCommands
   } else {
-    conn = new Redis(o.urls[0], {
-      lazyConnect: true,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      // commands issued in the same tick by concurrent requests share one write to the socket
-      enableAutoPipelining: true,
-      connectTimeout: o.connectTimeoutMs,
-      retryStrategy,
-      // a replica that became read-only after a failover: reconnect so we reach the new primary
-      reconnectOnError: (e: Error) => e.message.startsWith('READONLY'),
-    }) as Redis & ScriptCommands
+    conn = new Redis(o.urls[0], oneServer) as Redis & ScriptCommands
   }
   // one server: every script with the write sequence around it (./scripts.ts SEQUENCED)
   for (const s of Object.values(o.cluster ? SCRIPTS : SEQUENCED)) conn.defineCommand(s.name, { numberOfKeys: s.keys, lua: s.lua })
