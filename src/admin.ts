@@ -21,6 +21,7 @@ import { buildLeases } from './audit/leases.js'
 import { claimSentences } from './audit/guarantees.js'
 import type { DoctorReport } from './store/findings.js'
 import type { StateWatch } from './store/state-loss.js'
+import { describeNote, lossFinding } from './store/loss-note.js'
 import { mountUi, securityHeaders } from './ui/index.js'
 import { routeSummaries } from './ui/route-info.js'
 
@@ -55,6 +56,12 @@ export function exposedAdmin(config: Config): string | undefined {
   if (config.admin.token || isLoopback(host)) return undefined
   return `the admin listener on ${config.admin.listen} is reachable beyond this host and admin.token is not set: anyone who reaches it can read /metrics, /audit and /unknown. Set admin.token (e.g. token: \${FENCEGATE_ADMIN_TOKEN}), or listen on 127.0.0.1.`
 }
+
+/** The report without its `state-loss` finding (read with the settings, possibly a minute ago). */
+const withoutLoss = (r: DoctorReport): DoctorReport => ({ ...r, findings: r.findings.filter((f) => f.id !== 'state-loss') })
+
+/** What the watch saw, with the note's who and when when there is one. */
+const lossSeen = (watch: StateWatch): string => (watch.note ? describeNote(watch.note) : watch.seen ?? 'epoch marker changed')
 
 /** Compares two tokens in constant time (for equal lengths). */
 function sameToken(given: string, expected: string): boolean {
@@ -96,7 +103,7 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
   const app = new Hono()
   app.use('*', securityHeaders)
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
-  const lostReply = () => Response.json({ status: 'store state lost', store: store.kind, seen: watch?.seen,
+  const lostReply = () => Response.json({ status: 'store state lost', store: store.kind, seen: watch && lossSeen(watch), note: watch?.note,
     detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' }, { status: 503 })
   app.get('/readyz', async (c) => {
     if (!accepting()) return c.json({ status: 'shutting down' }, 503)
@@ -122,9 +129,9 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       try { body = JSON.parse(text) } catch { throw new Problem('bad-request', 'The body must be empty or JSON: {"reason": "why the loss is accepted", "by": "who"}.') }
       if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"reason", "by"}.')
     }
-    const { epoch } = await acceptStoreLoss(store, { reason: body.reason as string | undefined, by: adminActor(c.env, body.by) })
+    const { epoch, cleared } = await acceptStoreLoss(store, { reason: body.reason as string | undefined, by: adminActor(c.env, body.by) })
     await watch?.check().catch(() => {})
-    return c.json({ epoch, effect: 'the store\'s current state is accepted; gateways sharing the store serve again within a second' })
+    return c.json({ epoch, cleared, effect: 'the store\'s current state is accepted (and its loss note, if any, cleared); gateways sharing the store serve again within a second' })
   })
   if (config) {
     // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as, reason?} or {route, keyHash, as, reason?}
@@ -166,9 +173,10 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
         throw new Problem('bad-request', `No route named ${JSON.stringify(route)} in the config (routes: ${config.routes.map((r) => r.name).join(', ')}).`)
       }
       const settings = await storeSettings?.().catch(() => undefined)
-      const measured = settings ? claimSentences(settings) : []
+      // the loss as this gateway sees it now, not as the settings were last read
+      const measured = settings ? claimSentences(withoutLoss(settings)) : []
       // a loss this gateway sees now: the guarantees are suspended until an operator accepts it
-      if (watch?.lost) measured.unshift(`Now: the store has lost acknowledged state (${watch.seen ?? 'epoch marker changed'}); every fenced or idempotent request is refused with 503 store-state-lost until \`fencegate store accept-loss\`.`)
+      if (watch?.lost) measured.unshift(`Now: the store has lost acknowledged state (${lossSeen(watch)}); every fenced or idempotent request is refused with 503 store-state-lost until \`fencegate store accept-loss\`.`)
       return c.json(await buildReport(config, store.audit, since, now, route, measured.length ? measured : undefined))
     })
     // contract §8: one key's or resource's attempts, oldest first
@@ -210,7 +218,11 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
   app.get('/doctor', async (c) => {
     const report = await storeSettings?.().catch(() => undefined)
     if (!report) throw new StoreError('the store\'s settings cannot be read now', 'doctor')
-    return c.json(report)
+    // the settings may be a minute old; the loss is this gateway's view now (the note it read or left)
+    await watch?.check().catch(() => {})
+    const now = withoutLoss(report)
+    if (watch?.lost) now.findings.unshift(lossFinding(watch.note, watch.seen))
+    return c.json(now)
   })
   app.notFound(() => new Problem('no-route', `No admin endpoint here: /metrics, /healthz, /readyz, /doctor${config ? ', /audit, /audit/timeline, /audit/recent, /leases, /unknown, /routes, POST /resolve; the audit view at /' : ''}, POST /store/accept-loss.`).toResponse())
   return app

@@ -3,6 +3,7 @@
 // default onStateLoss: fail-closed — nothing is forwarded until an operator accepts the loss.
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
 import { join } from 'node:path'
+import { hostname } from 'node:os'
 import { renameSync, writeFileSync, copyFileSync } from 'node:fs'
 import { Redis } from 'ioredis'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
@@ -132,16 +133,42 @@ describe('store state loss', () => {
         expect(up.count('/ledger/a')).toBe(before)
         await readyz(a, 503)
         for (const gw of [a, b]) expect(metric(await metrics(gw.adminUrl), 'fencegate_store_state_lost', { store: kind })).toBe(1)
-
+        // b names what a saw, where and when: the note a left in the store
+        const noted = /write sequence: sequence (\d+) after (\d+) was seen \(by gateway (\S+) at (\S+), on /
+        const ready = (await send(`${b.adminUrl}/readyz`)).json()
+        expect(ready.seen).toMatch(noted)
+        const [, now, was, by, at] = noted.exec(ready.seen)!
+        expect(BigInt(now)).toBeLessThan(BigInt(was))
+        expect(by).toBe(`${hostname()}:${process.pid}`)
+        expect(Math.abs(Date.parse(at) - Date.now())).toBeLessThan(30_000)
+        const doctorB = (await send(`${b.adminUrl}/doctor`)).json()
+        expect(doctorB.findings.find((f: { id: string }) => f.id === 'state-loss')?.setting).toMatch(noted)
+        // a gateway started after the loss finds the note and refuses too
+        const c = await startTestGateway({ store, routes: [fenced()] })
+        gateways.push(c)
+        await readyz(c, 503)
+        expectProblem(await post(`${c.url}/ledger/a`, {}, { 'fencing-token': '7' }), { status: 503, type: 'store-state-lost' })
+        expect(up.count('/ledger/a')).toBe(before)
+        // and the operator's doctor prints it, with the way out
         const file = join(a.dir, 'accept.yaml')
         writeFileSync(file, gatewayConfig({ store, routes: [ledger()] }))
+        const doctor = await runCli(['doctor', '--config', file])
+        expect(doctor.status).toBe(1)
+        expect(doctor.stdout).toMatch(/RISK\s+state-loss: loss noted in the store, write sequence: sequence \d+ after \d+ was seen \(by gateway /)
+        expect(doctor.stdout).toContain('fencegate store accept-loss')
+        expect(doctor.stderr).toContain('the store lost acknowledged state')
+
         const accept = await runCli(['store', 'accept-loss', '--config', file])
         expect(accept.stderr).toBe('')
-        await readyz(a, 200)
-        await readyz(b, 200)
+        expect(accept.stdout).toMatch(/loss note cleared: write sequence: sequence \d+ after \d+ was seen/)
+        for (const gw of [a, b, c]) await readyz(gw, 200)
         // what the operator accepted: the mark is 5 now
         expect((await post(`${b.url}/ledger/a`, {}, { 'fencing-token': '7' })).status).toBe(201)
         expect((await post(`${a.url}/ledger/a`, {}, { 'fencing-token': '8' })).status).toBe(201)
+        expect((await post(`${c.url}/ledger/a`, {}, { 'fencing-token': '8' })).status).toBe(201)
+        const cleared = await runCli(['doctor', '--config', file])
+        expect(cleared.stdout).not.toContain('state-loss')
+        expect((await send(`${b.adminUrl}/doctor`)).text).not.toContain('state-loss')
       } finally {
         for (const gw of gateways.splice(0)) await gw.close()
         await drop(id)

@@ -25,6 +25,7 @@ import { inspectStore } from '../store/doctor.js'
 import { runningReport } from '../store/memory-settings.js'
 import type { DoctorReport, Finding } from '../store/findings.js'
 import { claimSentences } from './guarantees.js'
+import { describeNote } from '../store/loss-note.js'
 
 export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string; reason?: string }
 
@@ -102,7 +103,7 @@ export async function acceptLossCommand(config: Config, args: AuditArgs): Promis
     const r = await withStore(config, (store) => acceptStoreLoss(store, { reason: args.reason, by: cliActor() }))
     return {
       code: 0,
-      stdout: args.json ? `${JSON.stringify(r)}\n` : `store state accepted as it is now (epoch ${r.epoch}); running gateways serve again within a second\n`,
+      stdout: args.json ? `${JSON.stringify(r)}\n` : `store state accepted as it is now (epoch ${r.epoch}); running gateways serve again within a second${r.cleared ? `\nloss note cleared: ${describeNote(r.cleared)}` : ''}\n`,
     }
   } catch (e) {
     if (e instanceof Problem) return { code: 2, stderr: [`fencegate store accept-loss: ${e.detail}`] }
@@ -153,8 +154,9 @@ export async function leasesCommand(config: Config, args: AuditArgs): Promise<Co
 
 /**
  * `fencegate doctor --config PATH [--json]`. Exit 0: the settings were read and none refuses
- * start-up (risks are reported, not failed on); 1: the store cannot be read, or a blocking risk
- * not named in store.acceptRisks would stop the gateway from starting.
+ * start-up (risks are reported, not failed on); 1: the store cannot be read, a blocking risk
+ * not named in store.acceptRisks would stop the gateway from starting, or the store holds a loss
+ * note (finding `state-loss`: the gateways refuse fenced and idempotent requests until accept-loss).
  */
 export async function doctorCommand(config: Config, args: { json?: boolean }): Promise<{ code: number; stdout?: string; stderr?: string[] }> {
   let store: Store | undefined
@@ -163,8 +165,12 @@ export async function doctorCommand(config: Config, args: { json?: boolean }): P
     if (config.store.kind === 'sqlite' && config.store.path !== ':memory:' && existsSync(config.store.path)) store = await openStore(config.store, config.audit)
     // memory: the records are the running gateway's; ask it, else say what the config implies
     const report = (config.store.kind === 'memory' ? await runningReport(config) : undefined) ?? await inspectStore(config.store, store)
-    const code = report.refused.length ? 1 : 0
-    return { code, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report)}\n`, stderr: code ? [`fencegate doctor: the gateway would refuse to start: ${report.refused.map((f) => f.id).join(', ')} (see above; store.acceptRisks)`] : undefined }
+    const lost = report.findings.some((f) => f.id === 'state-loss')
+    const stderr = [
+      ...report.refused.length ? [`fencegate doctor: the gateway would refuse to start: ${report.refused.map((f) => f.id).join(', ')} (see above; store.acceptRisks)`] : [],
+      ...lost ? ['fencegate doctor: the store lost acknowledged state (state-loss, see above): every gateway sharing it refuses fenced and idempotent requests until `fencegate store accept-loss`'] : [],
+    ]
+    return { code: stderr.length ? 1 : 0, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report)}\n`, stderr: stderr.length ? stderr : undefined }
   } catch (e) {
     return { code: 1, stderr: [`fencegate doctor: cannot read the ${config.store.kind} store's settings: ${(e as Error).message}`] }
   } finally {
@@ -180,6 +186,7 @@ export function formatDoctor(r: DoctorReport): string {
     out.push(`          ${f.consequence}`)
   }
   out.push('')
+  if (r.findings.some((f) => f.id === 'state-loss')) out.push('The store lost acknowledged state (state-loss above): check what was lost, then run `fencegate store accept-loss --config PATH --reason TEXT`, which clears the note.')
   const risks = r.findings.filter((f) => f.status === 'risk').length
   out.push(r.refused.length
     ? `The gateway refuses to start with this store: ${r.refused.map((f) => f.id).join(', ')} ${r.refused.length === 1 ? 'breaks' : 'break'} a guarantee outright. Fix the setting, or name it in store.acceptRisks.`
@@ -187,4 +194,4 @@ export function formatDoctor(r: DoctorReport): string {
   return out.join('\n')
 }
 
-const rank = (f: Finding) => (f.blocking ? 0 : f.status === 'risk' ? 1 : f.status === 'unknown' ? 2 : 3)
+const rank = (f: Finding) => (f.id === 'state-loss' || f.blocking ? 0 : f.status === 'risk' ? 1 : f.status === 'unknown' ? 2 : 3)

@@ -16,6 +16,7 @@ import type { RecordKey, Resolution, Store, UnknownReason } from '../store/types
 import { REPLICA } from './entry.js'
 import { formatDuration } from '../config/units.js'
 import type { AuditEntry } from '../store/attempt-log/types.js'
+import type { LossNote } from '../store/loss-note.js'
 
 export interface ResolveRequest {
   route: string
@@ -57,6 +58,8 @@ export function cliActor(): string {
 export interface LossAccepted {
   /** the store's epoch accepted as it is now */
   epoch: string
+  /** the loss note it deleted (what a gateway had seen), when there was one */
+  cleared?: LossNote
 }
 
 /**
@@ -67,12 +70,14 @@ export interface LossAccepted {
  */
 export async function acceptStoreLoss(store: Store, who: { reason?: string; by?: string }, now = Date.now()): Promise<LossAccepted> {
   const reason = checkReason(who.reason)
+  // the note is read first only to say what was cleared: accept-loss clears it either way
+  const cleared = (await store.markers().catch(() => undefined))?.note
   const epoch = await store.acceptLoss()
   const entry: AuditEntry = { time: now, kind: 'accept-loss', replica: REPLICA, route: '*' }
   if (reason) entry.reason = reason
   if (who.by) entry.by = who.by
   await store.audit.append([entry])
-  return { epoch }
+  return cleared ? { epoch, cleared } : { epoch }
 }
 
 export interface Resolved {

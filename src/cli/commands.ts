@@ -137,8 +137,10 @@ export const COMMANDS: Record<string, Command> = {
       'Reads the settings from the store itself (redis: appendonly, appendfsync, save, maxmemory-policy,',
       'role and replicas, cluster; postgres: synchronous_commit, fsync, synchronous standbys, standby or',
       'primary; sqlite: journal_mode, synchronous, the filesystem) and prints each as ok or risk, with its',
-      'consequence. Exit 1 when the store cannot be read, or when a risk store.acceptRisks does not name',
-      'would stop the gateway from starting (an evicting maxmemory-policy).',
+      'consequence. A loss note a gateway left in the store (it found the store gone back in time) is the',
+      'risk state-loss: what was seen, when, by which gateway; `fencegate store accept-loss` clears it.',
+      'Exit 1 when the store cannot be read, when a risk store.acceptRisks does not name would stop the',
+      'gateway from starting (an evicting maxmemory-policy), or when the store holds a loss note.',
     ],
   },
   'store accept-loss': {

@@ -11,6 +11,8 @@
  *             the file is on (tmpfs, a network filesystem, a container's writable layer);
  *   memory    not durable, not shared, and how long store.maxRecords holds at the observed
  *             rate (./memory-settings.ts).
+ * A loss note a gateway left in the store (./loss-note.ts) is one more finding, `state-loss`, a
+ * risk, until `fencegate store accept-loss` deletes it.
  * The findings also go into the audit report's `claim.assumptions` (claimSentences,
  * src/audit/guarantees.ts), so the claim names the store it actually runs on.
  *
@@ -27,6 +29,7 @@ import { postgresFindings } from './postgres/settings.js'
 import { sqliteFindings } from './sqlite/settings.js'
 import { memoryFindings } from './memory-settings.js'
 import { clockFinding } from './clock-finding.js'
+import { lossFinding } from './loss-note.js'
 
 export { RiskRefused, type DoctorReport, type Finding, type FindingStatus } from './findings.js'
 
@@ -69,6 +72,11 @@ export async function inspectStore(config: Config['store'], store?: Store): Prom
   }
   // the running gateway's own measurement; `fencegate doctor` measures once itself
   findings.push(await clockFinding(config, store, READ_TIMEOUT_MS))
+  // redis and postgres: the probe read the loss note on its own connection
+  if (store && (config.kind === 'sqlite' || config.kind === 'memory')) {
+    const note = await withTimeout(store.markers(), READ_TIMEOUT_MS, 'the store').then((m) => m.note, () => undefined)
+    if (note) findings.push(lossFinding(note))
+  }
   const accepted = new Set<string>(config.acceptRisks ?? [])
   return { store: config.kind, target, findings, refused: findings.filter((f) => f.blocking && !accepted.has(f.id)) }
 }

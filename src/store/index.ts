@@ -171,7 +171,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     kind,
     inProcess: inner.inProcess,
     sequence: inner.sequence,
-    retireEpoch: inner.retireEpoch ? () => call('retire_epoch', () => inner.retireEpoch!()) : undefined,
+    retireEpoch: (note) => call('retire_epoch', () => inner.retireEpoch(note)),
     // read at each use: a store that connects late (./late.ts) has none before it connects
     get clock() { return inner.clock },
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),

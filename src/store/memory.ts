@@ -18,6 +18,7 @@ import type { OlderWrites, Registration } from './types.js'
 import { olderOf, type Registered } from './registrations.js'
 import { RecordTable } from './memory-records.js'
 import { WriteSequence } from './sequence.js'
+import type { LossNote } from './loss-note.js'
 
 export interface MemoryStoreOptions {
   /** most resources with a high-water mark; default 1,000,000 */
@@ -112,7 +113,7 @@ export class MemoryStore implements Store {
   /** `#call` for a write: refused before it changes anything when the sequence is below what was seen, else advances it. */
   #write<T>(op: string, fn: () => T): Promise<T> {
     return this.#call(op, () => {
-      if (this.#seq < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${this.#seq} after ${this.sequence.seen} was seen`)
+      if (this.#seq < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${this.#seq} after ${this.sequence.seen} was seen`, { signal: 'sequence', now: String(this.#seq), was: String(this.sequence.seen) })
       const out = fn()
       this.sequence.saw(++this.#seq)
       return out
@@ -272,15 +273,21 @@ export class MemoryStore implements Store {
     })
   }
 
-  readonly #epoch = randomUUID()
+  #epoch = randomUUID()
+  #accepted = this.#epoch
+  #note?: LossNote
 
-  /** A process's memory cannot lose data behind its back: the epoch never changes. */
+  /** A process's memory cannot lose data behind its back: the epoch changes only when retired. */
   markers(): Promise<StateMarkers> {
-    return this.#call('markers', () => ({ epoch: this.#epoch, accepted: this.#epoch }))
+    return this.#call('markers', () => ({ epoch: this.#epoch, accepted: this.#accepted, note: this.#note }))
   }
 
   acceptLoss(): Promise<string> {
-    return this.#call('accept_loss', () => this.#epoch)
+    return this.#call('accept_loss', () => { this.#note = undefined; return this.#accepted = this.#epoch })
+  }
+
+  retireEpoch(note: LossNote): Promise<void> {
+    return this.#call('retire_epoch', () => { this.#note = note; this.#epoch = randomUUID() })
   }
 
   ping(): Promise<void> {

@@ -11,6 +11,16 @@
  * itself (a new PostgreSQL timeline, a new Redis replication id: `StateMarkers.history`).
  */
 import { StoreError } from './errors.js'
+import type { LossSignal } from './loss-note.js'
+
+/** The signal and its two values behind a refusal, for the loss note (./loss-note.ts). */
+export interface WentBackFacts {
+  signal: LossSignal
+  /** the store's value now: its sequence, timeline id or replication id */
+  now: string
+  /** the value this gateway had seen */
+  was: string
+}
 
 /** A write refused because the store is behind what this gateway saw, or on another history. */
 export class StoreWentBack extends StoreError {
@@ -18,10 +28,18 @@ export class StoreWentBack extends StoreError {
     op: string,
     /** what was seen, for the log line: "sequence 41 after 57 was seen", "timeline 00000002 after 00000001" */
     readonly seen: string,
+    facts: WentBackFacts,
   ) {
     super(`the store went back in time (${seen}): acknowledged writes are missing; nothing was changed or forwarded`, op)
     this.name = 'StoreWentBack'
+    this.signal = facts.signal
+    this.now = facts.now
+    this.was = facts.was
   }
+
+  readonly signal: LossSignal
+  readonly now: string
+  readonly was: string
 }
 
 /** The highest write sequence one gateway process has seen its store answer. */
@@ -52,8 +70,8 @@ export class WriteSequence {
   }
 
   /** A write was refused: tells the listeners, and answers the error to throw. */
-  wentBack(op: string, seen: string): StoreWentBack {
-    const e = new StoreWentBack(op, seen)
+  wentBack(op: string, seen: string, facts: WentBackFacts): StoreWentBack {
+    const e = new StoreWentBack(op, seen, facts)
     for (const l of this.#listeners) l(e)
     return e
   }

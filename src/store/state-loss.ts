@@ -12,13 +12,16 @@
  * A partial loss — a store that went back in time (./sequence.ts): a write refused because the
  * store's write sequence is below what this gateway saw, or a failover without store.replicas (a
  * new PostgreSQL timeline, a Redis replica promoted) — is the same state loss, seen at once by the
- * write that met it. This gateway then retires the epoch marker (writes a new one), so that every
- * gateway sharing the store sees the loss on its next poll.
+ * write that met it. This gateway then retires the epoch marker: it writes a loss note (what it
+ * saw, when, which process: ./loss-note.ts) and a new epoch, so that every gateway sharing the
+ * store sees the loss on its next poll, and one started later finds the note. A retirement the
+ * store refused is tried again on every poll; this gateway stays lost meanwhile.
  */
 import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Store } from './types.js'
 import type { StoreWentBack } from './sequence.js'
+import { describeNote, noteOf, type LossNote } from './loss-note.js'
 
 export class StateWatch {
   /** true while a loss is detected and not yet accepted (fail-closed) */
@@ -27,6 +30,8 @@ export class StateWatch {
   /** true once the store answered: `#known` holds the epoch of the first answer */
   #started = false
   #timer?: NodeJS.Timeout
+  /** a note this gateway still has to write (the store refused the retirement) */
+  #unwritten?: LossNote
 
   constructor(
     private readonly store: Store,
@@ -39,6 +44,8 @@ export class StateWatch {
 
   /** What the last loss detected was, for the log, doctor and the audit claim; undefined while none is. */
   seen?: string
+  /** The loss note behind it, this gateway's own or one read from the store; undefined while none is. */
+  note?: LossNote
 
   /** A write met a store that went back in time: a loss, known to every gateway once the epoch is retired. */
   #wentBack(e: StoreWentBack): void {
@@ -53,9 +60,21 @@ export class StateWatch {
       return
     }
     this.lost = true
+    this.note = noteOf(e)
     this.metrics.storeStateLost.set({ store: this.store.kind }, 1)
-    // every other gateway sees a new epoch on its next poll; failing that, this one stays lost anyway
-    this.store.retireEpoch?.().catch(() => { /* logged and counted by the guard */ })
+    this.#unwritten = this.note
+    this.#retire().catch(() => { /* counted by the guard; tried again on the next poll */ })
+  }
+
+  /** Writes the note and a new epoch; stays due until the store took them. */
+  async #retire(): Promise<void> {
+    const note = this.#unwritten
+    if (!note) return
+    await this.store.retireEpoch(note)
+    if (this.#unwritten === note) this.#unwritten = undefined
+    this.log.warn('store epoch retired with a loss note: every gateway sharing the store refuses fenced and idempotent requests until `fencegate store accept-loss`', {
+      store: this.store.kind, seen: note.seen, by: note.by,
+    })
   }
 
   /**
@@ -73,28 +92,52 @@ export class StateWatch {
     if (this.#timer) clearInterval(this.#timer)
   }
 
-  /** Compares the store's markers with the epoch this gateway knows; rejects when the store cannot answer. */
+  /**
+   * Compares the store's markers with the epoch this gateway knows, and looks for a loss note;
+   * first writes this gateway's own note when the store refused it before. Rejects when the store
+   * cannot answer.
+   */
   async check(): Promise<void> {
-    const { epoch, accepted } = await this.store.markers()
+    await this.#retire()
+    const { epoch, accepted, note } = await this.store.markers()
+    const acceptedNow = epoch !== undefined && accepted === epoch
+    if (note && !acceptedNow) {
+      // a gateway noted a loss (this one, another, or one before this one started): lost until accept-loss
+      this.#started = true
+      this.#known ??= epoch
+      return this.#lose(describeNote(note), note)
+    }
     if (!this.#started) {
       // the first answer since start-up: the epoch this gateway knows from now on
       this.#started = true
       this.#known = epoch
       return
     }
-    if (epoch !== undefined && epoch === this.#known) return
-    if (epoch !== undefined && accepted === epoch) {
-      // an operator accepted the loss: carry on with the store as it is now
-      this.log.warn('store state loss accepted by an operator; serving again', { store: this.store.kind })
-      this.#adopt(epoch)
+    if (epoch !== undefined && epoch === this.#known) {
+      // lost through a note under this same epoch, now deleted by accept-loss
+      if (this.lost && acceptedNow && !this.#unwritten) this.#accepted(epoch)
       return
     }
+    if (acceptedNow) {
+      // an operator accepted the loss: carry on with the store as it is now
+      this.#accepted(epoch)
+      return
+    }
+    return this.#lose(epoch === undefined ? 'the epoch marker is missing' : `epoch marker ${epoch} (was ${this.#known})`)
+  }
+
+  async #lose(seen: string, note?: LossNote): Promise<void> {
     if (!this.lost) {
-      this.seen = epoch === undefined ? 'the epoch marker is missing' : `epoch marker ${epoch} (was ${this.#known})`
+      this.seen = seen
+      this.note = note
       this.metrics.storeStateLosses.inc({ store: this.store.kind })
-      this.log.error('store lost its state (epoch marker changed or missing): high-water marks and idempotency records may be gone', {
-        store: this.store.kind, policy: this.policy, seen: this.seen,
+      this.log.error('store lost its state (epoch marker changed or missing, or a loss noted): high-water marks and idempotency records may be gone', {
+        store: this.store.kind, policy: this.policy, seen,
       })
+    } else if (note && !this.note) {
+      // the loss is the one another gateway noted: name what it saw
+      this.seen = seen
+      this.note = note
     }
     if (this.policy === 'accept') {
       this.#adopt(await this.store.acceptLoss())
@@ -104,10 +147,16 @@ export class StateWatch {
     this.metrics.storeStateLost.set({ store: this.store.kind }, 1)
   }
 
+  #accepted(epoch: string): void {
+    this.log.warn('store state loss accepted by an operator; serving again', { store: this.store.kind })
+    this.#adopt(epoch)
+  }
+
   #adopt(epoch: string): void {
     this.#known = epoch
     this.lost = false
     this.seen = undefined
+    this.note = undefined
     this.store.sequence?.reset()
     this.metrics.storeStateLost.set({ store: this.store.kind }, 0)
   }

@@ -33,6 +33,7 @@ import type { AuditLog } from './attempt-log/types.js'
 import type { StoreClock } from './clock.js'
 import type { UnknownReason } from '../outcomes.js'
 import type { WriteSequence } from './sequence.js'
+import type { LossNote } from './loss-note.js'
 
 import type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
 import type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, UnknownRecord } from './records.js'
@@ -201,16 +202,17 @@ export interface Store {
    * The state markers (contract §3): `epoch` is written when the store is first initialised
    * and never changes while its data lives; a different or missing epoch means the data was
    * lost (a Redis restarted without persistence, a replaced SQLite file, a recreated schema).
-   * `accepted` is the epoch an operator accepted after such a loss. Memory: the epoch is made
-   * with the store and always accepted (a process's memory is not lost behind its back).
+   * `accepted` is the epoch an operator accepted after such a loss; `note`, what a gateway saw
+   * when it retired the epoch. Memory: the epoch is made with the store and accepted until it is
+   * retired (a process's memory is not lost behind its back).
    * Reading never writes. The suite checks that the epoch is there and stays; the loss, and that
    * a lost epoch stays lost until accept-loss, are checked in test/state-loss.test.ts.
    */
   markers(): Promise<StateMarkers>
   /**
    * An operator's `fencegate store accept-loss`: writes a new epoch when none is left (on a Redis
-   * Cluster also when a copy of it is missing or differs), and marks the current one accepted so
-   * running gateways carry on with it. The suite checks the answer and the markers after it; the
+   * Cluster also when a copy of it is missing or differs), deletes the loss note, and marks the
+   * current epoch accepted so running gateways carry on with it. The suite checks the answer and the markers after it; the
    * new epoch after a loss is checked in test/state-loss.test.ts.
    * @returns the accepted epoch
    */
@@ -225,12 +227,13 @@ export interface Store {
    */
   readonly sequence?: WriteSequence
   /**
-   * A gateway that saw the store go back in time writes a new epoch, so that every gateway
-   * sharing the store sees the loss through the epoch marker (./state-loss.ts), until an operator
-   * accepts it. Not on the memory store (nothing shares it). Not checked by the suite;
-   * test/state-loss.test.ts and test/production/ check it.
+   * A gateway that saw the store go back in time writes `note` (./loss-note.ts) and then a new
+   * epoch, so that every gateway sharing the store sees the loss through the epoch marker, and
+   * one started later through the note (./state-loss.ts), until an operator accepts it;
+   * `markers()` answers the note until `acceptLoss()` deletes it. The suite checks both;
+   * test/state-loss.test.ts and test/production/ check gateways sharing a store.
    */
-  retireEpoch?(): Promise<void>
+  retireEpoch(note: LossNote): Promise<void>
   /**
    * Answers when the store can serve requests; rejects with StoreError when not. The suite checks
    * an open store and a closed one; a store that is down, test/store-faults.test.ts.
@@ -249,4 +252,6 @@ export interface Store {
 export interface StateMarkers {
   epoch?: string
   accepted?: string
+  /** what a gateway saw when it retired the epoch (`Store.retireEpoch`); gone after accept-loss */
+  note?: LossNote
 }

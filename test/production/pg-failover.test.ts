@@ -83,6 +83,13 @@ describe('PostgreSQL failover', () => {
       expect(metric(await metrics(gw.adminUrl), 'fencegate_store_state_lost', { store: 'postgres' })).toBe(1)
     }
     expect(b.logs.join('')).toMatch(/store went back in time.*timeline 00000002 after 00000001/)
+    // a gateway started now reads the loss note on the promoted standby and refuses too
+    const [c] = await gateways(pair.url, 0)
+    const ready = await send(`${c.adminUrl}/readyz`)
+    expect(ready.status).toBe(503)
+    expect(ready.json().note).toMatchObject({ signal: expect.stringMatching(/^(timeline|sequence)$/), by: expect.stringMatching(/:\d+$/) })
+    expectProblem(await write(c, res, 300, 'k-300'), { status: 503, type: 'store-state-lost' })
+    expect(up.count(`/ledger/${res}`)).toBe(applied)
   })
 
   test('to a synchronous standby (store.replicas: 1): nothing lost, no alarm — a stale token is still 412, a completed key replayed', async () => {

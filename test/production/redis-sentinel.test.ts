@@ -131,6 +131,13 @@ describe('Redis Sentinel failover', () => {
     expect(up.count(`/ledger/${res}`)).toBe(applied)
     expect(metric(await metrics(gw.adminUrl), 'fencegate_store_state_lost', { store: 'redis' })).toBe(1)
     expect(gw.logs.join('')).toMatch(/store went back in time.*a replica took over as primary/)
+    // the loss note is on the promoted replica: a gateway started now finds it and refuses too
+    const note = JSON.parse((await replica.get('{fg:fgsent:lossnote}')) ?? '{}')
+    expect(note).toMatchObject({ signal: 'replication-id', seen: expect.stringMatching(/a replica took over as primary/) })
+    const later = await startTestGateway({ store: { kind: 'redis', sentinels: [s.sentinel], sentinelName: 'fgm', keyPrefix: 'fgsent' }, routes: [ledger()] })
+    cleanups.push(() => later.close())
+    expectProblem(await write(later, res, 300, 'k-300'), { status: 503, type: 'store-state-lost' })
+    expect(up.count(`/ledger/${res}`)).toBe(applied)
   }, 45_000)
 
   test('with store.replicas: 1: the write the replica lacks was refused (WAIT), so the failover loses nothing acknowledged and raises no alarm', async () => {

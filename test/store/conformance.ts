@@ -18,6 +18,7 @@ import type { AuditEntry } from '../../src/store/attempt-log/types.js'
 import { randomUUID } from 'node:crypto'
 import type { Registration } from '../../src/store/types.js'
 import { StoreWentBack } from '../../src/store/sequence.js'
+import type { LossNote } from '../../src/store/loss-note.js'
 import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
@@ -895,6 +896,25 @@ export function describeStoreConformance(
         expect(await s.markers()).toEqual({ epoch: first.epoch, accepted: first.epoch })
       })
 
+      test('retiring the epoch leaves a loss note under a new, unaccepted epoch, seen by every client; accept-loss deletes the note', async () => {
+        const s = await open()
+        await s.acceptLoss()
+        const { epoch } = await s.markers()
+        const note: LossNote = { signal: 'sequence', now: '41', was: '57', seen: 'sequence 41 after 57 was seen', op: 'fence', at: T0, by: 'host-a:4242' }
+        await s.retireEpoch(note)
+        const retired = await s.markers()
+        expect(retired.note).toEqual(note)
+        // a new epoch (a Redis Cluster's copies still hold the old one: it reads as missing there)
+        expect(retired.epoch).not.toBe(epoch)
+        expect(retired.accepted).not.toBe(retired.epoch)
+        if (options.makeSecond) expect(await (await openSecond()).markers()).toEqual(retired)
+        const accepted = await s.acceptLoss()
+        const after = await s.markers()
+        expect(after.note).toBeUndefined()
+        expect(after).toEqual({ epoch: accepted, accepted })
+        expect(accepted).not.toBe(epoch)
+      })
+
       test('the data and the epoch survive each other: fences and records do not change the marker', async () => {
         const s = await open()
         const { epoch } = await s.markers()
@@ -929,6 +949,9 @@ export function describeStoreConformance(
             const e = await write().then(() => undefined, (x: unknown) => x)
             expect(e, op).toBeInstanceOf(StoreWentBack)
             expect((e as StoreWentBack).message, op).toMatch(/went back in time \(sequence \d+ after \d+ was seen\)/)
+            // what the loss note records: the signal, the store's sequence and the one seen
+            expect([(e as StoreWentBack).signal, BigInt((e as StoreWentBack).was)], op).toEqual(['sequence', first + 1000n])
+            expect(BigInt((e as StoreWentBack).now), op).toBeLessThan(first + 1000n)
           }
           expect(seq.seen).toBe(first + 1000n)
           // nothing changed: the mark, the claim still in flight under s0, no record for seq-1, no registration

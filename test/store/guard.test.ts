@@ -58,6 +58,7 @@ class Scripted implements Store {
   olderRegistered = unused
   markers = unused
   acceptLoss = unused
+  retireEpoch = unused
   ping = unused
   close = async () => {}
   audit: AuditLog = { append: unused, query: unused, timeline: unused, fenced: unused }

@@ -45,6 +45,7 @@ import { WriteSequence } from '../sequence.js'
 import { StandbyWatch } from './standbys.js'
 import { createPool, type PostgresStoreOptions } from './pool.js'
 import { acceptLoss, readEpoch, readMarkers, readTimeline, retireEpoch } from './markers.js'
+import type { LossNote } from '../loss-note.js'
 import { readHighest, readMark, readUnknowns } from './reads.js'
 import { olderRegistered, register } from './serialize.js'
 import { reapIn } from './reaping.js'
@@ -143,9 +144,9 @@ export class PostgresStore implements Store {
     return store
   }
 
-  /** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
-  retireEpoch(): Promise<void> {
-    return this.#run('retire_epoch', () => retireEpoch(this.#pool, this.#schema))
+  /** Writes the loss note and a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
+  retireEpoch(note: LossNote): Promise<void> {
+    return this.#run('retire_epoch', () => retireEpoch(this.#pool, this.#q, note))
   }
 
   /** Also looks at the timeline: a new one without store.replicas is reported (StoreWentBack). */

@@ -1,6 +1,6 @@
 /**
  * The state markers in PostgreSQL (fg_meta_v1): the epoch written when the schema was first
- * created, reading the markers, accept-loss, retiring the epoch; and the server's current
+ * created, reading the markers, accept-loss, retiring the epoch with its loss note (../loss-note.ts); and the server's current
  * timeline, which ./sequence.ts follows (a new one without store.replicas is reported).
  */
 import type pg from 'pg'
@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto'
 import type { StateMarkers } from '../types.js'
 import { currentTimelineSql, type Timeline } from './sequence.js'
 import type { Queries } from './sql.js'
+import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
 
 /** The server's current timeline; rejects on a standby (no WAL of its own). */
 export async function readTimeline(pool: pg.Pool): Promise<string> {
@@ -26,10 +27,10 @@ export async function readMarkers(pool: pg.Pool, q: Queries, timeline: Timeline)
   timeline.observe(await readTimeline(pool), 'markers')
   const { rows } = await pool.query(q.markers)
   const get = (n: string) => rows.find((r) => r.name === n)?.value as string | undefined
-  return { epoch: get('epoch'), accepted: get('accepted') }
+  return { epoch: get('epoch'), accepted: get('accepted'), note: decodeNote(get('lossnote')) }
 }
 
-/** A new epoch, accepted at once: the loss is taken as known. */
+/** A new epoch when none is there, accepted, and the loss note deleted: the loss is taken as known. */
 export async function acceptLoss(pool: pg.Pool, q: Queries): Promise<string> {
   await pool.query(q.epochWrite, [randomUUID()])
   const { rows } = await pool.query(q.epochRead)
@@ -38,7 +39,7 @@ export async function acceptLoss(pool: pg.Pool, q: Queries): Promise<string> {
   return epoch
 }
 
-/** A new epoch, not accepted: every gateway sharing the store sees the loss. `schema` quoted. */
-export async function retireEpoch(pool: pg.Pool, schema: string): Promise<void> {
-  await pool.query(`UPDATE ${schema}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`, [randomUUID()])
+/** The loss note and a new epoch, not accepted: every gateway sharing the store sees the loss. */
+export async function retireEpoch(pool: pg.Pool, q: Queries, note: LossNote): Promise<void> {
+  await pool.query(q.retireEpoch, [randomUUID(), encodeNote(note)])
 }

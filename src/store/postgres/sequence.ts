@@ -68,7 +68,7 @@ export class Timeline {
     if (!tl || tl === this.known) return
     const was = this.known
     this.known = tl
-    if (was !== undefined && this.failoverIsLoss) throw this.sequence.wentBack(op, `timeline ${tl} after ${was}: a standby was promoted (or a backup restored) while store.replicas was 0`)
+    if (was !== undefined && this.failoverIsLoss) throw this.sequence.wentBack(op, `timeline ${tl} after ${was}: a standby was promoted (or a backup restored) while store.replicas was 0`, { signal: 'timeline', now: tl, was })
   }
 }
 
@@ -93,11 +93,11 @@ export function sequencedQuery(pool: pg.Pool, s: string, sequence: WriteSequence
       return r
     } catch (e) {
       const code = e instanceof pg.DatabaseError ? e.code : undefined
-      if (code === 'FGSQ1') throw sequence.wentBack(q.name, `sequence ${(e as pg.DatabaseError).detail} after ${seen} was seen`)
+      if (code === 'FGSQ1') throw sequence.wentBack(q.name, `sequence ${(e as pg.DatabaseError).detail} after ${seen} was seen`, { signal: 'sequence', now: String((e as pg.DatabaseError).detail), was: seen.toString() })
       if (code === 'FGTL1') {
         const now = /timeline (\w+)/.exec((e as Error).message)?.[1]
         if (now) timeline.known = now
-        throw sequence.wentBack(q.name, `timeline ${now ?? '?'} after ${expected}: a standby was promoted (or a backup restored) while store.replicas was 0`)
+        throw sequence.wentBack(q.name, `timeline ${now ?? '?'} after ${expected}: a standby was promoted (or a backup restored) while store.replicas was 0`, { signal: 'timeline', now: now ?? '?', was: String(expected) })
       }
       throw e
     }

@@ -523,8 +523,14 @@ export function queries(s: string) {
     // state markers (Store.markers); migrate writes the epoch too
     epochWrite: `INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('epoch', $1) ON CONFLICT (name) DO NOTHING`,
     epochRead: `SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'epoch'`,
-    markers: `SELECT name, value FROM ${s}.fg_meta_v1 WHERE name IN ('epoch', 'accepted')`,
-    acceptEpoch: `INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('accepted', $1) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+    markers: `SELECT name, value FROM ${s}.fg_meta_v1 WHERE name IN ('epoch', 'accepted', 'lossnote')`,
+    /** $1 the epoch: accepted, and the loss note deleted, in one statement */
+    acceptEpoch: `WITH gone AS (DELETE FROM ${s}.fg_meta_v1 WHERE name = 'lossnote')
+      INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('accepted', $1) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+    /** $1 a new epoch, $2 the loss note (JSON): both in one statement */
+    retireEpoch: `WITH noted AS (INSERT INTO ${s}.fg_meta_v1 (name, value) VALUES ('lossnote', $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value)
+      UPDATE ${s}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`,
+    lossNote: `SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'lossnote'`,
     /**
      * true when the newest piece of the schema is there: the v3 admit batch (the server's clock;
      * made by the same migration as the marks' since and the attempt log's upstream_ms, late_ms

@@ -45,7 +45,7 @@ export class ReplicationHistory {
     const was = this.#known
     this.#known = ids.id
     if (was !== undefined && ids.previous === was && this.failoverIsLoss) {
-      throw this.sequence.wentBack(op, `a replica took over as primary (replication id ${ids.id}, was ${was}) while store.replicas was 0: writes it had not received are lost`)
+      throw this.sequence.wentBack(op, `a replica took over as primary (replication id ${ids.id}, was ${was}) while store.replicas was 0: writes it had not received are lost`, { signal: 'replication-id', now: ids.id, was })
     }
   }
 }

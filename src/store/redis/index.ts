@@ -29,6 +29,7 @@ import { Writer } from './replicas.js'
 import { WriteSequence } from '../sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
+import type { LossNote } from '../loss-note.js'
 import { scanUnknowns } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { SCRIPTS } from './scripts.js'
@@ -157,9 +158,13 @@ export class RedisStore implements Store {
     this.#history.observe(await replicationIds(this.#redis), op)
   }
 
-  /** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
-  retireEpoch(): Promise<void> {
-    return this.#run('retire_epoch', () => retireEpoch(this.#redis, this.#keys))
+  /**
+   * Writes the loss note and a new epoch (./markers.ts). Not behind the check after a
+   * reconnection: that check is what found the loss, and its rejection would stop the note.
+   */
+  retireEpoch(note: LossNote): Promise<void> {
+    return storeCall('redis', 'retire_epoch', this.#closed, () => retireEpoch(this.#redis, this.#keys, note),
+      () => (this.#redis.status === 'ready' ? undefined : `not connected (${this.#lastError?.message ?? this.#redis.status})`))
   }
 
   /**

@@ -16,6 +16,8 @@
  *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
  *   {fg:<prefix>:accepted}                   string: the epoch an operator accepted after a loss
+ *   {fg:<prefix>:lossnote}                   string: what the gateway that retired the epoch saw
+ *                                            (JSON, ../loss-note.ts); deleted by accept-loss
  *   {fg:<prefix>:seq}                        string: the write sequence (../sequence.ts), advanced by
  *                                            every script but the attempt log's (one server only)
  *   {fg:<prefix>:audit}                      stream: the attempt log (one server)
@@ -100,6 +102,8 @@ export class KeyNames {
   readonly #base: string
   readonly epoch: string
   readonly accepted: string
+  /** the loss note (../loss-note.ts) */
+  readonly lossNote: string
   /** the write sequence (one server) */
   readonly seq: string
   /** cluster: the epoch's copies, one per block of slots; one server: none */
@@ -111,6 +115,7 @@ export class KeyNames {
     this.#base = `fg:${part(keyPrefix)}`
     this.epoch = this.#key('epoch')
     this.accepted = this.#key('accepted')
+    this.lossNote = this.#key('lossnote')
     this.seq = this.#key('seq')
     this.markers = cluster ? keysPerBlock(`${this.#base}:m:`, MARKERS) : []
     this.audit = cluster ? keysPerBlock(`${this.#base}:audit:`, AUDIT_STREAMS) : [this.#key('audit')]

@@ -1,10 +1,12 @@
 /**
  * The state markers in Redis (contract §3): the prefix's epoch, the epoch an operator accepted,
- * and on a cluster a copy of the epoch in every block of slots (./keys.ts), so that a master that
+ * the loss note of the gateway that retired the epoch (../loss-note.ts), and on a cluster a copy of the epoch in every block of slots (./keys.ts), so that a master that
  * came back empty, or a replica promoted without the data, shows as a loss.
  */
 import { randomUUID } from 'node:crypto'
+import type { Cluster, Redis } from 'ioredis'
 import type { StateMarkers } from '../types.js'
+import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
 import type { Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 
@@ -30,12 +32,12 @@ export async function initEpoch(r: Conn, keys: KeyNames, cluster: boolean): Prom
  */
 export async function readMarkers(r: Conn, keys: KeyNames, cluster: boolean): Promise<StateMarkers> {
   if (!cluster) {
-    const [epoch, accepted] = await r.mget(keys.epoch, keys.accepted)
-    return { epoch: epoch ?? undefined, accepted: accepted ?? undefined }
+    const [epoch, accepted, note] = await r.mget(keys.epoch, keys.accepted, keys.lossNote)
+    return { epoch: epoch ?? undefined, accepted: accepted ?? undefined, note: decodeNote(note) }
   }
-  const [epoch, accepted, ...copies] = await Promise.all([keys.epoch, keys.accepted, ...keys.markers].map((k) => r.get(k)))
+  const [epoch, accepted, note, ...copies] = await Promise.all([keys.epoch, keys.accepted, keys.lossNote, ...keys.markers].map((k) => r.get(k)))
   const whole = epoch !== null && copies.every((c) => c === epoch)
-  return { epoch: whole ? epoch : undefined, accepted: accepted ?? undefined }
+  return { epoch: whole ? epoch : undefined, accepted: accepted ?? undefined, note: decodeNote(note) }
 }
 
 /**
@@ -57,11 +59,23 @@ export async function acceptLoss(r: Conn, keys: KeyNames, cluster: boolean): Pro
       await Promise.all([keys.epoch, ...keys.markers].map((k) => r.set(k, epoch)))
     }
   }
+  // the note first: a gateway reading in between still sees the loss, not yet accepted
+  await r.del(keys.lossNote)
   await r.set(keys.accepted, epoch)
   return epoch
 }
 
-/** Writes a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
-export async function retireEpoch(r: Conn, keys: KeyNames): Promise<void> {
+/**
+ * Writes the loss note, then a new epoch (a cluster's copies are left as they are: the epoch then
+ * reads as lost there too): every gateway sharing the store sees the loss (../state-loss.ts), and
+ * whoever sees the new epoch finds the note.
+ */
+export async function retireEpoch(r: Conn, keys: KeyNames, note: LossNote): Promise<void> {
+  await r.set(keys.lossNote, encodeNote(note))
   await r.set(keys.epoch, randomUUID())
+}
+
+/** The loss note alone, for `fencegate doctor` on a connection of its own. */
+export async function readNote(r: Redis | Cluster, keys: KeyNames): Promise<LossNote | undefined> {
+  return decodeNote(await r.get(keys.lossNote))
 }

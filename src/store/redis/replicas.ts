@@ -94,7 +94,7 @@ export class Writer {
       return r
     } catch (e) {
       const back = /^FGBACK (\d+)/.exec((e as Error).message ?? '')
-      if (back) throw q.seen.wentBack(op, `sequence ${back[1]} after ${seen} was seen`)
+      if (back) throw q.seen.wentBack(op, `sequence ${back[1]} after ${seen} was seen`, { signal: 'sequence', now: back[1], was: seen.toString() })
       throw e
     }
   }

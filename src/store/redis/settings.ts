@@ -2,11 +2,14 @@
  * The Redis settings probe of `fencegate doctor` (../doctor.ts): appendonly / appendfsync / save,
  * maxmemory-policy, role and replication (against store.replicas), cluster mode — read on the
  * server, or on every master of a cluster (one finding per setting naming the masters it holds
- * for). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
+ * for) — and the prefix's loss note, when a gateway left one (../loss-note.ts). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
  */
 import { Cluster, Redis } from 'ioredis'
 import type { Config } from '../../config/schema.js'
 import type { Finding } from '../findings.js'
+import { lossFinding } from '../loss-note.js'
+import { KeyNames } from './keys.js'
+import { readNote } from './markers.js'
 
 const EVICTING = /^(allkeys|volatile)-(lru|lfu|random)$|^volatile-ttl$/
 
@@ -109,7 +112,10 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
     try {
       await conn.connect()
       const node = config.sentinels ? `${(conn.stream as { remoteAddress?: string } | undefined)?.remoteAddress ?? '?'}:${(conn.stream as { remotePort?: number } | undefined)?.remotePort ?? '?'} (primary ${config.sentinelName} by Sentinel)` : `${u.hostname}:${u.port || 6379}`
-      return nodeFindings(await readNode(conn, node), config.replicas, false)
+      const out = nodeFindings(await readNode(conn, node), config.replicas, false)
+      const note = await readNote(conn, new KeyNames(config.keyPrefix, false))
+      if (note) out.push(lossFinding(note))
+      return out
     } finally {
       conn.disconnect()
     }
@@ -151,6 +157,8 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
         : 'The cluster is not serving every slot: requests whose keys are in an unserved slot fail closed (503).',
       nodes: masters.map((m) => `${m.options.host}:${m.options.port}`),
     })
+    const note = await readNote(cluster, new KeyNames(config.keyPrefix, true))
+    if (note) out.push(lossFinding(note))
     return out
   } finally {
     cluster.disconnect()

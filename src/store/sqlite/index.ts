@@ -37,6 +37,7 @@ import { GroupCommit } from './group-commit.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
 import { WriteSequence } from '../sequence.js'
+import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
 import type { AuditLog } from '../attempt-log/types.js'
 
 export interface SqliteStoreOptions {
@@ -77,6 +78,7 @@ export class SqliteStore implements Store {
   readonly #pingTx: () => void
   readonly #resolveTx: (id: string, as: Resolution, ttlMs: number, now: number) => ResolveResult
   readonly #acceptLossTx: () => string
+  readonly #retireTx: (note: string) => void
   /** how long a call may wait for another process's lock, ms */
   readonly #busyTimeoutMs: number
   readonly #reaper?: NodeJS.Timeout
@@ -115,7 +117,12 @@ export class SqliteStore implements Store {
       const epoch = (this.#metaGet.get('epoch') as string | undefined) ?? randomUUID()
       this.#metaPut.run('epoch', epoch)
       this.#metaPut.run('accepted', epoch)
+      db.prepare(META.del).run('lossnote')
       return epoch
+    }).immediate
+    this.#retireTx = db.transaction((note: string) => {
+      this.#metaPut.run('lossnote', note)
+      this.#metaPut.run('epoch', randomUUID())
     }).immediate
     this.audit = this.#log = new SqliteAttemptLog({
       db,
@@ -161,7 +168,7 @@ export class SqliteStore implements Store {
    */
   #advance(op: string): void {
     const current = BigInt((this.#metaGet.get('seq') as string | undefined) ?? '0')
-    if (current < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${current} after ${this.sequence.seen} was seen`)
+    if (current < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${current} after ${this.sequence.seen} was seen`, { signal: 'sequence', now: String(current), was: String(this.sequence.seen) })
     this.#advanced = current + 1n
     this.#metaPut.run('seq', String(this.#advanced))
   }
@@ -219,9 +226,9 @@ export class SqliteStore implements Store {
     })
   }
 
-  /** Writes a new epoch: every process sharing the file sees the loss (./state-loss.ts). */
-  retireEpoch(): Promise<void> {
-    return this.#run('retire_epoch', () => { this.#metaPut.run('epoch', randomUUID()) })
+  /** Writes the note and a new epoch, in one transaction: every process sharing the file sees the loss (../state-loss.ts). */
+  retireEpoch(note: LossNote): Promise<void> {
+    return this.#run('retire_epoch', () => this.#retireTx(encodeNote(note)))
   }
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
@@ -250,7 +257,8 @@ export class SqliteStore implements Store {
         // this process still writes to the old file, which no new process will read
         if (inode !== this.#inode) return {}
       }
-      return { epoch: this.#metaGet.get('epoch') as string | undefined, accepted: this.#metaGet.get('accepted') as string | undefined }
+      const get = (name: string) => this.#metaGet.get(name) as string | undefined
+      return { epoch: get('epoch'), accepted: get('accepted'), note: decodeNote(get('lossnote')) }
     })
   }
 

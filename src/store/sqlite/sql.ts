@@ -63,12 +63,14 @@ export const tableInfo = (table: string): string => `table_info(${table})`
 
 export const addColumn = (table: string, column: string, type: string): string => `ALTER TABLE ${table} ADD COLUMN ${column} ${type}`
 
-/** The state markers (contract §3): `epoch`, and the `accepted` one. */
+/** The state markers (contract §3): `epoch`, the `accepted` one and the loss note (`lossnote`, ../loss-note.ts). */
 export const META = {
   /** the first epoch: kept when there is one already */
   init: 'INSERT OR IGNORE INTO fg_meta_v1 (name, value) VALUES (?, ?)',
   get: 'SELECT value FROM fg_meta_v1 WHERE name = ?',
   put: 'INSERT OR REPLACE INTO fg_meta_v1 (name, value) VALUES (?, ?)',
+  /** the loss note, at accept-loss */
+  del: 'DELETE FROM fg_meta_v1 WHERE name = ?',
 } as const
 
 /** High-water marks. */
