@@ -141,7 +141,7 @@ export class Admission {
         result, now, mayWait: this.#waitForInFlight && now + pause < deadline, expectedMs: result.kind === 'in_flight' ? records.expectedMs() : undefined,
       })
       if (d.kind === 'wait') { await sleep(pause); continue }
-      if (d.kind === 'forward' && result.kind === 'claimed') return { kind: 'forward', claim: records.claimed(f, key.recordKey, claimId, result.after), body: key.body }
+      if (d.kind === 'forward' && result.kind === 'claimed') return { kind: 'forward', claim: records.claimed(f, key.recordKey, claimId), body: key.body }
       return this.#carryOut(f, d)
     }
   }

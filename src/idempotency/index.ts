@@ -71,12 +71,9 @@ export class Records {
   /**
    * A claimed key: its lease is renewed until the record is written (`record`) or the request
    * is over (`end`, however it ended).
-   * @param after the reason of the unknown outcome this claim took over (`ClaimResult.after`), if
-   *   any: when this attempt then does nothing upstream, that earlier outcome is still unknown and
-   *   is put back, not released (which would forget it and let the next try count as fresh)
    */
-  claimed(f: RequestFacts, key: RecordKey, claimId: string, after?: UnknownReason): Claim {
-    return new Claim(this, f, key, claimId, after, this.#leases)
+  claimed(f: RequestFacts, key: RecordKey, claimId: string): Claim {
+    return new Claim(this, f, key, claimId, this.#leases)
   }
 
 }
@@ -98,7 +95,7 @@ export class Claim {
   /** buffer the upstream body up to this many bytes to store it */
   readonly captureBytes: number
 
-  constructor(private readonly r: Records, private readonly f: RequestFacts, private readonly key: RecordKey, private readonly claimId: string, private readonly after: UnknownReason | undefined, leases: LeaseKeeper) {
+  constructor(private readonly r: Records, private readonly f: RequestFacts, private readonly key: RecordKey, private readonly claimId: string, leases: LeaseKeeper) {
     this.captureBytes = r.cfg.maxResponseBytes
     this.#kept = leases.keep(key, claimId, Date.now())
   }
@@ -110,9 +107,13 @@ export class Claim {
 
   /**
    * The record step: stores the answer (or its status when too large to keep), releases the
-   * claim for a release status or when nothing was sent, or marks the outcome unknown. Never
-   * throws: when the store cannot write it, the record stays in flight until its lease ends and
-   * then counts as an unknown outcome (reason crash); the client still gets its answer (logged).
+   * claim for a release status or when nothing was sent, or marks the outcome unknown. Releasing
+   * puts back the unknown outcome the claim took over, if it took one over (`Store.release`):
+   * this attempt did nothing upstream, so that earlier outcome is still unknown. Never throws:
+   * a finish the store cannot write leaves the record in flight until its lease ends, then an
+   * unknown outcome (reason crash); a release it did not answer is tried again by guardStore
+   * until it does (src/store/give-back.ts), undoing that crash. The client gets its answer
+   * either way (the failure is logged).
    */
   async record(o: Outcome): Promise<void> {
     const { r, f, key, claimId } = this
@@ -122,12 +123,13 @@ export class Claim {
       if (o.kind === 'failed') {
         if (o.sent) return await store.finish(key, claimId, { kind: 'unknown', reason: o.reason }, ttl, Date.now())
         r.count(f, 'released')
-        return await this.#giveBack()
+        await store.release(key, claimId)
+        return
       }
       r.effects.add(o.upstreamMs)
       if (releaseStatuses.has(o.status)) { // idempotency.releaseStatuses (default RELEASE_STATUSES)
         r.count(f, 'released')
-        await this.#giveBack()
+        await store.release(key, claimId)
       } else if (o.body === undefined) {
         r.count(f, 'not_stored')
         await store.finish(key, claimId, { kind: 'not_stored', status: o.status }, ttl, Date.now())
@@ -138,12 +140,5 @@ export class Claim {
     } catch (e) {
       r.log.error(o.kind === 'answer' ? 'idempotency record not written after the upstream answered' : 'idempotency record not updated after an upstream failure', { route: r.route, requestId: f.requestId, keyHash: f.keyHash, error: (e as Error).message })
     }
-  }
-
-  #giveBack(): Promise<void> {
-    const { store, cfg } = this.r
-    return this.after
-      ? store.finish(this.key, this.claimId, { kind: 'unknown', reason: this.after }, cfg.ttl, Date.now())
-      : store.release(this.key, this.claimId)
   }
 }

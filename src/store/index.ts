@@ -11,6 +11,7 @@ import { SqliteStore } from './sqlite/index.js'
 import { RedisStore } from './redis/index.js'
 import { PostgresStore, migratePostgres } from './postgres/index.js'
 import type { WriteSequence } from './sequence.js'
+import { GiveBacks, MAX_GIVE_BACK_MS } from './give-back.js'
 import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from './types.js'
 
 export { StoreError, type Store } from './types.js'
@@ -84,7 +85,9 @@ const FULL_LOG_MS = 60_000
  * A Store that measures, counts errors and enforces the timeout on every call of `inner`.
  * Failures are logged at most once a second per operation, so an outage does not flood the log;
  * a full store (StoreFull) is counted by limit and logged at most once a minute, and so are the
- * evictions the operator accepted.
+ * evictions the operator accepted. Claims never used — a claim or admit that failed or answered
+ * too late, a release that failed — are given back by their id until the store takes them
+ * (./give-back.ts); `close()` gives up on those still waiting (logged) before closing `inner`.
  */
 export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, log: Logger): Store {
   const kind = inner.kind
@@ -124,47 +127,28 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
       metrics.storeDuration.observe({ store: kind, op }, (performance.now() - started) / 1000)
     }
   }
-  /**
-   * Gives a claim back by its id — `release`, or `finish` as the unknown outcome it took over —
-   * retrying as soon as the store answers again (a pause doubling from 50 ms to 1 s) until the
-   * claim's lease would have ended. Ownership-checked by the store: a claim already taken over or
-   * finished is left alone.
-   */
-  const giveBack = (key: RecordKey, req: ClaimRequest, now: number, after?: ClaimResult & { kind: 'claimed' }): void => {
-    const end = performance.now() + req.leaseMs
-    let pause = 50
-    const attempt = (): void => {
-      const done = after?.after ? inner.finish(key, req.claimId, { kind: 'unknown', reason: after.after }, req.ttlMs, now) : inner.release(key, req.claimId)
-      done.catch(() => {
-        if (performance.now() + pause >= end) {
-          log.warn('a claim that was never used could not be given back before its lease ended: the key reads as an unknown outcome (reason crash) until an operator resolves it', { store: kind, route: key.route })
-          return
-        }
-        setTimeout(attempt, pause).unref()
-        pause = Math.min(pause * 2, 1000)
-      })
-    }
-    attempt()
-  }
+  // claims never used, given back by their id until the store takes them (./give-back.ts)
+  const giveBacks = new GiveBacks((key, claimId) => call('release', () => inner.release(key, claimId)), log, kind)
   /**
    * `call(op, attempt)` for an operation that may claim a key. The request fails closed (503,
    * nothing forwarded) when the call fails or times out, but the store may have made the claim
    * all the same: a slow store applies it afterwards, or it ran and its reply was lost (a reset,
-   * a connection dropped, a partition). Either way the claim is given back (`giveBack`), or the
-   * key would read as in flight and then as an unknown outcome, for a request never sent. A late
-   * answer says what the claim did: one that took over an unknown outcome is put back as that
-   * outcome, not released (releasing would forget it, and the next retry would not count as a
-   * duplicate). Without an answer the claim id is released: a no-op when it was never made.
+   * a connection dropped, a partition). Either way the claim is given back by its id (`release`,
+   * which deletes it or puts back the unknown outcome it took over, and undoes the unknown
+   * outcome its own lease made if it ran out meanwhile), or the key would read as in flight and
+   * then as an unknown outcome, for a request never sent. A late answer says whether there is a
+   * claim to give back; without one the claim id is given back all the same: a no-op when it was
+   * never made.
    */
-  const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest, now: number): Promise<T> =>
+  const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest): Promise<T> =>
     call(op, () => attempt).catch((e) => {
       attempt.then((r) => {
         const c = claimOf(r)
         // the late call found an attempt abandoned past its lease and made it an unknown outcome
         // (or took it over): the request that would have counted it already got 503
         if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
-        if (c?.kind === 'claimed') giveBack(key, req, now, c)
-      }, () => giveBack(key, req, now))
+        if (c?.kind === 'claimed') giveBacks.add(key, req.claimId, req.ttlMs)
+      }, () => giveBacks.add(key, req.claimId, req.ttlMs))
       throw e
     })
   return {
@@ -177,11 +161,16 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),
-    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req, now),
-    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req, now),
+    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req),
+    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
-    release: (key, claimId) => call('release', () => inner.release(key, claimId)),
+    // a release the store did not answer is tried again (the request was never sent, or the
+    // upstream said it did nothing); the caller still hears of the failure
+    release: (key, claimId) => call('release', () => inner.release(key, claimId)).catch((e) => {
+      giveBacks.add(key, claimId, MAX_GIVE_BACK_MS)
+      throw e
+    }),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
     // a registration a slow store makes after the request gave up on it is ended at once: it would
@@ -200,6 +189,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     markers: () => call('markers', () => inner.markers()),
     acceptLoss: () => call('accept_loss', () => inner.acceptLoss()),
     ping: () => call('ping', () => inner.ping()),
-    close: () => inner.close(),
+    close: async () => {
+      await giveBacks.close()
+      await inner.close()
+    },
   }
 }

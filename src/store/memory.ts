@@ -9,10 +9,10 @@
  * one counted (./memory-records.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { decideClaim, decideFinish, decideResolve, mayRelease, parseRecordId } from './record-state.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from './record-state.js'
 import { recordId } from './record-state.js'
 import { storeCall } from './call.js'
-import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
+import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
 import { MemoryAuditLog } from './attempt-log/memory.js'
 import type { OlderWrites, Registration } from './types.js'
 import { olderOf, type Registered } from './registrations.js'
@@ -187,16 +187,20 @@ export class MemoryStore implements Store {
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
     return this.#call('renew', () => {
       const r = this.#records.heldRecord(recordId(key))
-      if (!mayRelease(r, claimId)) return false
+      if (!mayRenew(r, claimId)) return false
       r!.leaseUntil = now + leaseMs
       return true
     })
   }
 
-  release(key: RecordKey, claimId: string): Promise<void> {
+  release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#write('release', () => {
       const id = recordId(key)
-      if (mayRelease(this.#records.heldRecord(id), claimId)) this.#records.delete(id)
+      const { result, write } = decideRelease(this.#records.heldRecord(id), claimId)
+      if (write === null) this.#records.delete(id)
+      // a held record replaced by a held one: no room to make, no ttl group, so `now` is not read
+      else if (write) this.#records.put(id, write, 0, 'release')
+      return result
     })
   }
 

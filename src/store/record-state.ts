@@ -4,11 +4,13 @@
  * transaction); stores that run server-side scripts (redis, postgres) implement the same table.
  *
  *   (none | expired) --claim--> in_flight --finish--> completed | not_stored | unknown
- *   in_flight --release--> (none)          in_flight past lease --claim--> unknown(crash) or taken over
+ *   in_flight --release--> (none), or the unknown outcome it took over (`after`)
+ *   in_flight past lease --claim--> unknown(crash) or taken over
+ *   unknown(crash) its own lease made --release by that claim--> as release of in_flight
  *   unknown --claim with retryUnknown--> in_flight (a possible duplicate effect)
  *   unknown | in_flight past lease --resolve failed--> (none)   --resolve completed--> not_stored (status 0)
  */
-import type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, StoredResponse, UnknownReason } from './types.js'
+import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownReason } from './types.js'
 
 /**
  * The one string a record is stored under: route, scope and key, each on its own line. The
@@ -30,7 +32,10 @@ export interface IdemRecord {
   state: RecordState
   fingerprint: string
   claimId: string
-  /** in_flight: when the lease ends */
+  /**
+   * in_flight: when the lease ends; unknown: when the lease of `claimId` ended, for an unknown
+   * outcome that lease made (a claim found it past its lease), else 0 (finished, restored)
+   */
   leaseUntil: number
   /** when the record is forgotten */
   expiresAt: number
@@ -38,6 +43,11 @@ export interface IdemRecord {
   response?: StoredResponse
   status?: number
   reason?: UnknownReason
+  /**
+   * in_flight (and the unknown outcome its lease made): the reason of the unknown outcome this
+   * claim took over (`ClaimResult.after`), which `release` puts back
+   */
+  after?: UnknownReason
 }
 
 /** Decides a claim on the record found (or not) under the key; `write` is the record to store. */
@@ -46,13 +56,11 @@ export function decideClaim(
   req: ClaimRequest,
   now: number,
 ): { result: ClaimResult; write?: IdemRecord } {
-  const fresh = (): IdemRecord => ({
-    state: 'in_flight',
-    fingerprint: req.fingerprint,
-    claimId: req.claimId,
-    leaseUntil: now + req.leaseMs,
-    expiresAt: now + req.ttlMs,
-  })
+  const fresh = (after?: UnknownReason): IdemRecord => {
+    const r: IdemRecord = { state: 'in_flight', fingerprint: req.fingerprint, claimId: req.claimId, leaseUntil: now + req.leaseMs, expiresAt: now + req.ttlMs }
+    if (after) r.after = after
+    return r
+  }
   if (!found || found.expiresAt <= now) return { result: { kind: 'claimed' }, write: fresh() }
   if (found.fingerprint !== req.fingerprint) return { result: { kind: 'mismatch' } }
   switch (found.state) {
@@ -63,12 +71,13 @@ export function decideClaim(
     case 'in_flight': {
       if (found.leaseUntil > now) return { result: { kind: 'in_flight', leaseUntil: found.leaseUntil } }
       // abandoned: its holder crashed or hung past the lease, so the effect may have happened
-      if (req.retryUnknown) return { result: { kind: 'claimed', after: 'crash', abandoned: true }, write: fresh() }
+      if (req.retryUnknown) return { result: { kind: 'claimed', after: 'crash', abandoned: true }, write: fresh('crash') }
+      // claimId, leaseUntil and after stay: the holder's release can still undo this (decideRelease)
       return { result: { kind: 'unknown', reason: 'crash', abandoned: true }, write: { ...found, state: 'unknown', reason: 'crash' } }
     }
     case 'unknown': {
       const reason = found.reason ?? 'crash'
-      if (req.retryUnknown) return { result: { kind: 'claimed', after: reason }, write: fresh() }
+      if (req.retryUnknown) return { result: { kind: 'claimed', after: reason }, write: fresh(reason) }
       return { result: { kind: 'unknown', reason } }
     }
   }
@@ -85,9 +94,34 @@ export function decideFinish(found: IdemRecord | undefined, claimId: string, don
   }
 }
 
-/** True when `release` (delete) or `renew` (a later lease end) by `claimId` may touch the record. */
-export const mayRelease = (found: IdemRecord | undefined, claimId: string): boolean =>
+/** True when `renew` (a later lease end) by `claimId` may touch the record. */
+export const mayRenew = (found: IdemRecord | undefined, claimId: string): boolean =>
   !!found && found.claimId === claimId && found.state === 'in_flight'
+
+/**
+ * True for an unknown outcome (reason crash) that only the lease of its `claimId` running out
+ * made: `leaseUntil` is kept then, and is 0 on one finished as unknown or put back by `release`.
+ */
+export const lapsed = (r: IdemRecord): boolean => r.state === 'unknown' && (r.reason ?? 'crash') === 'crash' && r.leaseUntil > 0
+
+/**
+ * A release by `claimId` (Store.release): `write` null deletes the record, a record replaces it,
+ * undefined leaves it. Held: in flight under `claimId`, or the unknown outcome its own lapsed
+ * lease made (`lapsed`): a takeover writes another claim id, an operator's resolution another
+ * state, so neither is touched. What was there before the claim comes back: nothing, or the
+ * unknown outcome it took over (`after`), kept until the claim's expiry.
+ */
+export function decideRelease(found: IdemRecord | undefined, claimId: string): { result: ReleaseResult; write?: IdemRecord | null } {
+  if (!found || found.claimId !== claimId) return { result: { kind: 'not_held' } }
+  const wasLapsed = lapsed(found)
+  if (found.state !== 'in_flight' && !wasLapsed) return { result: { kind: 'not_held' } }
+  const l = wasLapsed ? { lapsed: true as const } : {}
+  if (!found.after) return { result: { kind: 'released', ...l }, write: null }
+  return {
+    result: { kind: 'restored', ...l },
+    write: { state: 'unknown', fingerprint: found.fingerprint, claimId, leaseUntil: 0, expiresAt: found.expiresAt, reason: found.after },
+  }
+}
 
 /**
  * An operator's resolution: `write` is the record to store, `null` to delete it, undefined to

@@ -94,6 +94,19 @@ export type ResolveResult =
   | { kind: 'not_found' }
   | { kind: 'refused'; state: 'in_flight' | 'completed' | 'not_stored' }
 
+/**
+ * What `release` did with the record of the claim it names:
+ * - `released`: deleted it; the key is claimable as new;
+ * - `restored`: put back the unknown outcome the claim had taken over (`ClaimResult.after`), as
+ *   it read before that claim (same reason, same expiry), for an operator to settle;
+ * - `not_held`: left it alone — the claim no longer holds it (finished, released, taken over by
+ *   another claim, settled by an operator, expired), or never did.
+ * `lapsed`: the record was not in flight any more but an unknown outcome (reason `crash`) that
+ * only this claim's own lease running out had made (a claim that found it so, without taking it
+ * over); the release undid that.
+ */
+export type ReleaseResult = { kind: 'released' | 'restored'; lapsed?: true } | { kind: 'not_held' }
+
 /** How an attempt ended, written with `finish`. */
 export type Completion =
   | { kind: 'completed'; response: StoredResponse }

@@ -4,7 +4,7 @@
  * turns those fields into the `Store` results, once for both. The in-process stores (memory,
  * sqlite) get their results from record-state.ts directly.
  */
-import type { ClaimResult, FenceResult, ResolveResult, UnknownReason } from './types.js'
+import type { ClaimResult, FenceResult, ReleaseResult, ResolveResult, UnknownReason } from './types.js'
 
 const REASONS = new Set<string>(['timeout', 'reset', 'client_abort', 'crash'])
 
@@ -79,5 +79,20 @@ export function resolveResult(kind: string, detail: string | null | undefined): 
     case 'not_found': return { kind: 'not_found' }
     case 'refused': return { kind: 'refused', state: detail as 'in_flight' | 'completed' | 'not_stored' }
     default: throw new Error(`the store answered a resolution with "${kind}"`)
+  }
+}
+
+/**
+ * A release's answer: `kind` (released, restored, not_held) and whether it undid an unknown
+ * outcome its claim's own lapsed lease had made.
+ * @throws Error on a kind this version does not know
+ */
+export function releaseResult(kind: string, lapsed: boolean | null | undefined): ReleaseResult {
+  switch (kind) {
+    case 'released':
+    case 'restored':
+      return lapsed ? { kind, lapsed: true } : { kind }
+    case 'not_held': return { kind: 'not_held' }
+    default: throw new Error(`the store answered a release with "${kind}"`)
   }
 }

@@ -16,8 +16,9 @@
  *   resource in between, from any process (`fencing.serialize: store`, src/fencing/window.ts;
  *   suite: 60 writes racing from two clients, so only on the stores that can be shared).
  * - `finish`, `renew` and `release` act only while the record is in flight under the claim that
- *   names it (`claimId`): a claim taken over after its lease ended cannot be overwritten,
- *   extended or deleted by the holder that lost it.
+ *   names it (`claimId`) — `release` also on the unknown outcome that claim's own expired lease
+ *   left, which nobody took over — so a claim taken over after its lease ended cannot be
+ *   overwritten, extended or deleted by the holder that lost it.
  * Durability: a high-water mark is never evicted or expired — not checked by the suite (no test
  * waits forever); memory.test.ts checks that a full memory store refuses a new resource rather
  * than forget a mark, redis.test.ts that a mark's key has no ttl. Idempotency records live for
@@ -36,11 +37,11 @@ import type { WriteSequence } from './sequence.js'
 import type { LossNote } from './loss-note.js'
 
 import type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
-import type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, UnknownRecord } from './records.js'
+import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, UnknownRecord } from './records.js'
 
 // the shapes the interface speaks in, one module per side, imported from here as before
 export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
-export type { ClaimRequest, ClaimResult, Completion, RecordKey, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './records.js'
+export type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './records.js'
 export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 /** Why the outcome of a forwarded request is unknown (contract §6 `reason`), shared with the request's facts. */
 export type { UnknownReason }
@@ -116,8 +117,8 @@ export interface Store {
    * held, the mark is never above the token, and the retry is admitted. (A claim whose answer was
    * lost on the way — the store wrote it but the connection dropped, or it answered after the
    * timeout — is given back by guardStore in ./index.ts, by its id, as soon as the store answers
-   * again, until its lease would end: test/hostile/lost-reply.test.ts.) The suite checks the engine-refused case with each
-   * store's fault injector (`ConformanceOptions.failClaims`): the rejection, the raised mark, a
+   * again, also after its lease ended (`release`): test/hostile/lost-reply.test.ts.) The suite
+   * checks the engine-refused case with each store's fault injector (`ConformanceOptions.failClaims`): the rejection, the raised mark, a
    * stale token still answered, and the retry; test/store/postgres.test.ts checks a statement
    * timeout leaving the mark as it was. The other whole-call failures are not checked by a test.
    * @throws StoreError when either step fails (as above), or after `close()`
@@ -151,13 +152,21 @@ export interface Store {
    */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean>
   /**
-   * Give the key up: deletes the record while it is in flight under `claimId` (a no-op
-   * otherwise), so the key is claimable as new. For when nothing was done upstream: the request
-   * was never sent, or the upstream answered a status of `idempotency.releaseStatuses` (default
-   * 429, 502, 503, 504); guardStore (./index.ts) also gives back a claim that answered too late
-   * (released, or — when it took over an unknown outcome — finished as that outcome again).
+   * Give the claim `claimId` back, atomically with reading the record: for when nothing was done
+   * upstream — the request was never sent (also a claim whose answer was lost or came too late:
+   * guardStore in ./index.ts), or the upstream answered a status of `idempotency.releaseStatuses`
+   * (default 429, 502, 503, 504). The record reads again as it did before the claim: deleted (the
+   * key is claimable as new), or — when the claim took over an unknown outcome (`after`) — that
+   * unknown outcome again, with its reason and the claim's expiry; the store keeps `after` on
+   * the in-flight record for this, so the caller need not know it.
+   * Held, besides in flight under `claimId`: an unknown outcome (reason `crash`) that only this
+   * claim's lease running out made — found by a claim that did not take it over, so no request
+   * was forwarded since, and not settled by an operator since. The gateway knows its own claim
+   * was never used and undoes the crash (`lapsed`). Anything else — finished, taken over (even
+   * if the new holder gave it back too), settled, released already, expired — is left alone.
+   * @returns what was done (see ReleaseResult)
    */
-  release(key: RecordKey, claimId: string): Promise<void>
+  release(key: RecordKey, claimId: string): Promise<ReleaseResult>
   /**
    * An operator settles an attempt whose outcome is unknown, atomically with reading it:
    * `failed` deletes the record (the key may be forwarded again); `completed` keeps it for

@@ -3,7 +3,7 @@
  * memory.test.ts, sqlite.test.ts, redis.test.ts, redis-cluster.test.ts, redis-replicas.test.ts
  * and postgres.test.ts. It asserts the promises in src/store/types.ts: the fencing check-and-set
  * and its `since`, `admit` (a half-failed one too), the idempotency record state machine, claim
- * ids, ttl and lease expiry, renewal, key scoping, unknown outcomes and their resolution, the
+ * ids, ttl and lease expiry, release (./conformance-give-back.ts), renewal, key scoping, unknown outcomes and their resolution, the
  * registrations of `fencing.serialize: store`, the attempt log, the state markers and close().
  * What types.ts says is not checked here, it says so, with where it is checked.
  *
@@ -19,6 +19,7 @@ import { randomUUID } from 'node:crypto'
 import type { Registration } from '../../src/store/types.js'
 import { StoreWentBack } from '../../src/store/sequence.js'
 import type { LossNote } from '../../src/store/loss-note.js'
+import { describeRelease } from './conformance-give-back.js'
 import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
@@ -527,6 +528,8 @@ export function describeStoreConformance(
         expectResponse(await s.claim(key(), req('probe2'), T0 + 2_100), sampleResponse())
       })
     })
+
+    describeRelease(open)
 
     describe('renew (the gateway keeps its live claim)', () => {
       test('renewing moves the lease end: the record stays in flight past its first lease, then lapses without renewal', async () => {

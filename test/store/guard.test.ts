@@ -1,78 +1,20 @@
 // guardStore (src/store/index.ts): every call of a store that is not in process is raced against
 // `store.timeout`; the caller gets StoreError when the store is slower, and the request fails
-// closed (503, nothing forwarded). A claim the slow store still makes after that is given back —
-// released, or put back as the unknown outcome it took over — since nobody will finish it.
+// closed (503, nothing forwarded). A claim the slow store still makes after that is given back by
+// its id (the store deletes it, or puts back the unknown outcome it took over), since nobody
+// will finish it. Retrying a give-back past the lease: give-back.test.ts.
 // Checked with a Store test double whose claim/admit answer when the test says, and with the real
 // MemoryStore behind a proxy that holds its answers back.
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest'
 import { guardStore } from '../../src/store/index.js'
 import { MemoryStore } from '../../src/store/memory.js'
-import { StoreError, type AdmitResult, type ClaimResult, type Completion, type RecordKey, type Registration, type Store } from '../../src/store/types.js'
-import type { AuditLog } from '../../src/store/attempt-log/types.js'
+import { StoreError, type ClaimResult, type Store } from '../../src/store/types.js'
 import type { Metrics } from '../../src/telemetry/metrics.js'
 import type { Logger } from '../../src/log.js'
 import { key, req, T0 } from './conformance.js'
+import { fakeLog, fakeMetrics, Scripted, settle, watch } from './scripted.js'
 
 const TIMEOUT_MS = 50
-
-/**
- * What guardStore touches of the metrics: the error counter and the duration histogram, by store
- * and op, and the unknown outcomes a late claim found (an abandoned attempt), by route.
- */
-const fakeMetrics = () => ({ storeErrors: { inc: vi.fn() }, storeDuration: { observe: vi.fn() }, unknownOutcomes: { inc: vi.fn() } })
-const fakeLog = () => ({ debug: vi.fn(), info: vi.fn(), warn: vi.fn(), error: vi.fn(), access: vi.fn() })
-
-/** A call of the double not answered yet. */
-interface Held { op: string; answer(v: unknown): void; fail(e: unknown): void }
-
-const unused = (): Promise<never> => Promise.reject(new Error('not used by this test'))
-
-/**
- * A Store test double: `claim`, `admit` and `register` answer only when the test calls
- * `answer`/`fail` on what `held` holds; `release`, `finish` and `unregister` record their calls
- * in `calls` and answer at once. Not in process (unless asked), so guardStore races it.
- */
-class Scripted implements Store {
-  readonly kind = 'redis' as const
-  readonly inProcess?: boolean
-  readonly held: Held[] = []
-  readonly calls: [string, ...unknown[]][] = []
-  constructor(inProcess?: boolean) {
-    if (inProcess) this.inProcess = true
-  }
-  #later<T>(op: string): Promise<T> {
-    return new Promise<T>((answer, fail) => this.held.push({ op, answer: answer as (v: unknown) => void, fail }))
-  }
-  claim(): Promise<ClaimResult> { return this.#later('claim') }
-  admit(): Promise<AdmitResult> { return this.#later('admit') }
-  register(): Promise<Registration> { return this.#later('register') }
-  async release(k: RecordKey, claimId: string): Promise<void> { this.calls.push(['release', k, claimId]) }
-  async finish(k: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> { this.calls.push(['finish', k, claimId, done, ttlMs, now]) }
-  async unregister(resource: string, id: string, until?: number): Promise<void> { this.calls.push(['unregister', resource, id, until]) }
-  fence = unused
-  highest = unused
-  mark = unused
-  renew = unused
-  resolve = unused
-  unknowns = unused
-  olderRegistered = unused
-  markers = unused
-  acceptLoss = unused
-  retireEpoch = unused
-  ping = unused
-  close = async () => {}
-  audit: AuditLog = { append: unused, query: unused, timeline: unused, fenced: unused }
-}
-
-/** How a call settled, read without awaiting it. */
-const watch = <T>(p: Promise<T>) => {
-  const s: { done: boolean; value?: T; error?: unknown } = { done: false }
-  p.then((value) => Object.assign(s, { done: true, value }), (error: unknown) => Object.assign(s, { done: true, error }))
-  return s
-}
-
-/** Lets every pending promise callback run (a give-back is a chain of them). */
-const settle = () => new Promise<void>((r) => setImmediate(r))
 
 let metrics: ReturnType<typeof fakeMetrics>
 let log: ReturnType<typeof fakeLog>
@@ -151,12 +93,12 @@ describe('guardStore: a claim that answers after the timeout is given back', () 
     expect(inner.calls).toEqual([['release', key(), 'late-1']])
   })
 
-  test('claim answers `claimed` late after taking over an unknown outcome: put back as that outcome, not released', async () => {
+  test('claim answers `claimed` late after taking over an unknown outcome: given back by its id too (the store puts that outcome back)', async () => {
     const inner = new Scripted()
     await timedOut(() => guard(inner).claim(key(), req('late-2', { retryUnknown: true, ttlMs: 60_000 }), T0), 'claim')
     inner.held[0].answer({ kind: 'claimed', after: 'timeout' })
     await settle()
-    expect(inner.calls).toEqual([['finish', key(), 'late-2', { kind: 'unknown', reason: 'timeout' }, 60_000, T0]])
+    expect(inner.calls).toEqual([['release', key(), 'late-2']])
   })
 
   test('admit answers accepted and `claimed` late: released under its claimId', async () => {
@@ -167,12 +109,12 @@ describe('guardStore: a claim that answers after the timeout is given back', () 
     expect(inner.calls).toEqual([['release', key(), 'late-3']])
   })
 
-  test('admit answers `claimed` after a crashed holder late: put back as unknown, reason crash', async () => {
+  test('admit answers `claimed` after a crashed holder late: given back by its id, the crash counted', async () => {
     const inner = new Scripted()
     await timedOut(() => guard(inner).admit({ resource: 'res/a', token: 7n }, key(), req('late-4', { retryUnknown: true }), T0), 'admit')
     inner.held[0].answer({ fence: { accepted: true, highest: 7n }, claim: { kind: 'claimed', after: 'crash', abandoned: true } })
     await settle()
-    expect(inner.calls).toEqual([['finish', key(), 'late-4', { kind: 'unknown', reason: 'crash' }, req('x').ttlMs, T0]])
+    expect(inner.calls).toEqual([['release', key(), 'late-4']])
     // the crashed holder's unknown outcome is counted here: the request that found it got 503
     expect(metrics.unknownOutcomes.inc).toHaveBeenCalledTimes(1)
     expect(metrics.unknownOutcomes.inc).toHaveBeenCalledWith({ route: key().route, reason: 'crash' })

@@ -131,6 +131,43 @@ describe('PostgresStore', () => {
     }
   })
 
+  test('a schema from before releases put back what a claim took over (no after_reason, no v3 settle batch) stops open(); migrate adds them', async () => {
+    const m = `${schema}_rel`
+    try {
+      await migratePostgres({ url: URL, schema: m })
+      await admin.query(`DROP FUNCTION "${m}".fg_settle_many_v3; ALTER TABLE "${m}".fg_records_v1 DROP COLUMN after_reason`)
+      const err = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0 }).then(() => undefined, (e: unknown) => e)
+      expect((err as Error).message).toMatch(/older fencegate: run `fencegate migrate/)
+      const s = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0, migrate: true, clock: 'caller' })
+      try {
+        await s.claim(key(), req('c1'), T0)
+        await s.finish(key(), 'c1', { kind: 'unknown', reason: 'reset' }, 60_000, T0 + 1)
+        await s.claim(key(), req('c2', { retryUnknown: true }), T0 + 2)
+        expect(await s.release(key(), 'c2')).toEqual({ kind: 'restored' })
+      } finally {
+        await s.close()
+      }
+    } finally {
+      await admin.query(`DROP SCHEMA IF EXISTS "${m}" CASCADE`)
+    }
+  })
+
+  test('a gateway from before (the v2 settle batch) releasing a claim that took over an unknown outcome puts that outcome back too', async () => {
+    const s = await open()
+    try {
+      const k = key()
+      await s.claim(k, req('c1'), T0)
+      await s.finish(k, 'c1', { kind: 'unknown', reason: 'timeout' }, 60_000, T0 + 1)
+      expect(await s.claim(k, req('c2', { retryUnknown: true }), T0 + 2)).toEqual({ kind: 'claimed', after: 'timeout' })
+      await admin.query(`SELECT "${schema}".fg_settle_many_v2(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY['c2'], ARRAY[NULL]::text[], ARRAY[0]::bigint[],
+        ARRAY[NULL]::integer[], ARRAY[NULL]::text[], ARRAY[NULL]::bytea[], ARRAY[NULL]::text[], ARRAY[NULL]::bigint[])`, [k.route, k.scope, k.key])
+      expect(await s.claim(k, req('c3'), T0 + 3)).toEqual({ kind: 'unknown', reason: 'timeout' })
+    } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_records_v1`)
+    }
+  })
+
   test('a gateway from before since was kept (the v1 batches) still keeps it, on the database\'s clock, during a rolling upgrade', async () => {
     const s = await open()
     try {

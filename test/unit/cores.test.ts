@@ -1,7 +1,7 @@
 // The record state machine, the fencing window tracker and the header rules, without sockets.
 import { describe, expect, test } from 'vitest'
 import type { IncomingMessage } from 'node:http'
-import { decideClaim, decideFinish, decideResolve, mayRelease, type IdemRecord } from '../../src/store/record-state.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, type IdemRecord } from '../../src/store/record-state.js'
 import { WindowTracker } from '../../src/fencing/window-tracker.js'
 import { connectionNamed, requestHeaders, responseHeaders, flat } from '../../src/forward/headers.js'
 import type { ClaimRequest } from '../../src/store/types.js'
@@ -27,11 +27,22 @@ describe('the idempotency record state machine (src/store/record-state.ts)', () 
     expect(found.write?.state).toBe('unknown')
     expect(decideClaim(held, req('c3', { retryUnknown: true }), T + 1_000).result).toEqual({ kind: 'claimed', after: 'crash', abandoned: true })
   })
-  test('finish and release act only for the claim that holds the record', () => {
+  test('finish, renew and release act only for the claim that holds the record', () => {
     const held = decideClaim(undefined, req('c1'), T).write!
     expect(decideFinish(held, 'other', { kind: 'not_stored', status: 201 }, 60_000, T)).toBeUndefined()
-    expect(mayRelease(held, 'other')).toBe(false)
-    expect(mayRelease(held, 'c1')).toBe(true)
+    expect(mayRenew(held, 'other')).toBe(false)
+    expect(mayRenew(held, 'c1')).toBe(true)
+    expect(decideRelease(held, 'other')).toEqual({ result: { kind: 'not_held' } })
+    expect(decideRelease(held, 'c1')).toEqual({ result: { kind: 'released' }, write: null })
+  })
+  test('release puts back the unknown outcome a claim took over, also after that claim\'s own lease made it a crash', () => {
+    const unknown: IdemRecord = { state: 'unknown', fingerprint: 'fp', claimId: 'c1', leaseUntil: 0, expiresAt: T + 60_000, reason: 'timeout' }
+    const taken = decideClaim(unknown, req('c2', { retryUnknown: true }), T).write!
+    expect(decideRelease(taken, 'c2')).toEqual({ result: { kind: 'restored' }, write: { ...unknown, claimId: 'c2' } })
+    const crashed = decideClaim(taken, req('c3'), T + 1_000).write!
+    expect(decideRelease(crashed, 'c2')).toEqual({ result: { kind: 'restored', lapsed: true }, write: { ...unknown, claimId: 'c2' } })
+    // a finished unknown outcome, even reason crash, is not its claim's to give back
+    expect(decideRelease({ ...unknown, reason: 'crash' }, 'c1')).toEqual({ result: { kind: 'not_held' } })
   })
   test('resolve settles only unknown outcomes (or crashed holders)', () => {
     const unknown: IdemRecord = { state: 'unknown', fingerprint: 'fp', claimId: 'c1', leaseUntil: 0, expiresAt: T + 60_000, reason: 'timeout' }

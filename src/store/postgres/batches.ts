@@ -11,8 +11,8 @@
  */
 import type pg from 'pg'
 import { batcher, type BatchOptions } from '../batch.js'
-import { claimResult, fenceResult, type ClaimFields, type FenceFields } from '../replies.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration } from '../types.js'
+import { claimResult, fenceResult, releaseResult, type ClaimFields, type FenceFields } from '../replies.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration, ReleaseResult } from '../types.js'
 import { refusedAndRolledBack } from './errors.js'
 import type { Named, Queries } from './sql.js'
 import type { SequencedQuery } from './sequence.js'
@@ -34,7 +34,8 @@ export interface GroupCommit {
   claim(call: ClaimCall): Promise<ClaimResult>
   /** fence and, when it accepts, claim: in one transaction */
   admit(call: AdmitCall): Promise<AdmitResult>
-  settle(call: SettleCall): Promise<void>
+  /** a release answers what it did; a finish undefined */
+  settle(call: SettleCall): Promise<ReleaseResult | undefined>
   register(call: RegisterCall): Promise<Registration>
   unregister(call: UnregisterCall): Promise<void>
 }
@@ -52,6 +53,8 @@ interface ClaimRow {
   o_body: Buffer | null
   o_reason: string | null
 }
+/** A settle batch's row: what a release did (fg_release_v1), NULL for a finish. */
+interface SettleRow { o_kind: string | null; o_lapsed: boolean | null }
 interface RegisterRow { o_registered: boolean; o_highest: string | null; o_oldest: string | null; o_until: string }
 
 const fenceFields = (r: FenceRow): FenceFields => ({ accepted: r.o_accepted === true, highest: r.o_highest, since: r.o_since, raised: r.o_raised })
@@ -116,8 +119,7 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
       ]
       row.forEach((v, i) => cols[i].push(v))
     }
-    await write(q.settleMany, cols)
-    return calls.map(() => undefined)
+    return many(calls.length, q.settleMany, cols, (r: SettleRow) => r.o_kind === null ? undefined : releaseResult(r.o_kind, r.o_lapsed))
   }, options)
 
   const register = batcher((calls: readonly RegisterCall[]) => many(calls.length, q.registerMany,

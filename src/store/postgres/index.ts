@@ -18,7 +18,8 @@
  * - claim: a plpgsql function that inserts the record (`ON CONFLICT DO NOTHING`), or else locks
  *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/record-state.ts;
  * - admit: the fence and, when it accepts, the claim, in one function;
- * - finish and release: one `UPDATE` / `DELETE` guarded by claim_id and state = 'in_flight'.
+ * - finish: one `UPDATE` guarded by claim_id and state = 'in_flight'; release: a plpgsql function
+ *   that locks the row held by claim_id and applies decideRelease of src/store/record-state.ts.
  * Tokens travel as decimal text and are stored as BIGINT: never a JS number.
  * A reaper deletes expired records in batches of 1000 (`FOR UPDATE SKIP LOCKED`, so replicas
  * reaping at once do not queue behind each other; ./reaping.ts).
@@ -29,7 +30,7 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../types.js'
@@ -125,7 +126,7 @@ export class PostgresStore implements Store {
       store.epoch = await readEpoch(store.#pool, q)
       store.#timeline.known ??= await readTimeline(store.#pool).catch(() => undefined)
       await store.#standbys?.start()
-      const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public'])
+      const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public', q.settleManyName])
       const { rows: seq } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(options.schema ?? 'public')}.fg_seq_v1`])
       if (!fns[0].ok || !seq[0].ok) {
         await store.close()
@@ -214,11 +215,11 @@ export class PostgresStore implements Store {
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', () => this.#batches.settle({ key, claimId, done, ttlMs, now: this.#now(now) }))
+    return this.#run('finish', async () => { await this.#batches.settle({ key, claimId, done, ttlMs, now: this.#now(now) }) })
   }
 
-  release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#run('release', () => this.#batches.settle({ key, claimId, now: null }))
+  release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
+    return this.#run('release', async () => (await this.#batches.settle({ key, claimId, now: null }))!)
   }
 
   /** One guarded UPDATE, outside the group commit: renewals are rare (a quarter lease apart). */

@@ -30,6 +30,9 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_records_v1 (
   status integer, headers text, body bytea, reason text,
   PRIMARY KEY (route, scope, key)
 );
+-- in flight: the unknown outcome this claim took over (its o_after), kept when its lease lapses
+-- into an unknown outcome, so that its release puts that outcome back (fg_release_v1)
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS after_reason text;
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON ${s}.fg_records_v1 (expires_at);
 CREATE INDEX IF NOT EXISTS fg_records_v1_unsettled ON ${s}.fg_records_v1 (route) WHERE state IN ('unknown', 'in_flight');
 
@@ -71,7 +74,7 @@ BEGIN
     DELETE FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
   ELSE
     UPDATE ${s}.fg_records_v1 t SET state = 'not_stored', status = 0, lease_until = 0, expires_at = p_exp,
-      headers = NULL, body = NULL, reason = NULL
+      headers = NULL, body = NULL, reason = NULL, after_reason = NULL
       WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
   END IF;
 END
@@ -144,7 +147,8 @@ BEGIN
     ELSIF p_retry THEN
       v_fresh := true; o_kind := 'claimed'; o_after := 'crash'; o_abandoned := true;
     ELSE
-      -- abandoned: its holder crashed or hung past the lease; reported once, then kept as unknown
+      -- abandoned: its holder crashed or hung past the lease; reported once, then kept as unknown,
+      -- with its claim_id, lease_until and after_reason, so that its holder's release can undo it
       UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = 'crash'
         WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
       o_kind := 'unknown'; o_reason := 'crash'; o_abandoned := true;
@@ -157,7 +161,7 @@ BEGIN
 
   IF v_fresh THEN
     UPDATE ${s}.fg_records_v1 t SET state = 'in_flight', fingerprint = p_fp, claim_id = p_cid,
-      lease_until = p_lease, expires_at = p_exp, status = NULL, headers = NULL, body = NULL, reason = NULL
+      lease_until = p_lease, expires_at = p_exp, status = NULL, headers = NULL, body = NULL, reason = NULL, after_reason = o_after
       WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
   END IF;
 END
@@ -351,6 +355,62 @@ BEGIN
 END
 $fn$;
 
+-- a release by the claim p_cid (src/store/record-state.ts decideRelease): while the record is in
+-- flight under p_cid, or is the unknown outcome (reason crash) that claim's own lapsed lease made
+-- (fg_claim_v1 keeps claim_id and lease_until then; a finish and this function write lease_until
+-- 0, a takeover another claim_id, a resolution another state), it deletes the record or puts
+-- back the unknown outcome the claim took over (after_reason), with the claim's expiry.
+-- o_kind: released | restored | not_held; o_lapsed: it undid such a lapsed lease
+CREATE OR REPLACE FUNCTION ${s}.fg_release_v1(p_route text, p_scope text, p_key text, p_cid text,
+  OUT o_kind text, OUT o_lapsed boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  r ${s}.fg_records_v1%ROWTYPE;
+BEGIN
+  o_kind := 'not_held'; o_lapsed := false;
+  SELECT * INTO r FROM ${s}.fg_records_v1 t
+    WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key AND t.claim_id = p_cid FOR UPDATE;
+  IF NOT FOUND THEN RETURN; END IF;
+  IF r.state = 'unknown' AND coalesce(r.reason, 'crash') = 'crash' AND r.lease_until > 0 THEN
+    o_lapsed := true;
+  ELSIF r.state <> 'in_flight' THEN
+    RETURN;
+  END IF;
+  IF r.after_reason IS NULL THEN
+    DELETE FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+    o_kind := 'released';
+  ELSE
+    UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = r.after_reason, after_reason = NULL, lease_until = 0
+      WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+    o_kind := 'restored';
+  END IF;
+END
+$fn$;
+
+-- v3 of settle: as v2, and answers each call (o_i): a release what fg_release_v1 did, a finish NULL.
+-- v2 and v1 stay for gateways from before; their releases run fg_release_v1 too.
+CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v3(
+  p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_ttl_ms bigint[],
+  p_status integer[], p_headers text[], p_body bytea[], p_reason text[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_kind text, o_lapsed boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_kind := NULL; o_lapsed := NULL;
+    IF p_state[v_i] IS NULL THEN
+      SELECT x.o_kind, x.o_lapsed INTO o_kind, o_lapsed FROM ${s}.fg_release_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_cid[v_i]) x;
+    ELSE
+      UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0,
+        expires_at = coalesce(p_now[v_i], ${s}.fg_now_ms_v1()) + p_ttl_ms[v_i], status = p_status[v_i],
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i], after_reason = NULL
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+
 -- v2 of settle: a finish keeps the record p_ttl_ms from the server's clock (p_now NULL)
 CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v2(
   p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_ttl_ms bigint[],
@@ -361,12 +421,11 @@ DECLARE v_i integer;
 BEGIN
   FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
     IF p_state[v_i] IS NULL THEN
-      DELETE FROM ${s}.fg_records_v1 t
-        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+      PERFORM ${s}.fg_release_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_cid[v_i]);
     ELSE
       UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0,
         expires_at = coalesce(p_now[v_i], ${s}.fg_now_ms_v1()) + p_ttl_ms[v_i], status = p_status[v_i],
-        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i]
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i], after_reason = NULL
         WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
     END IF;
   END LOOP;
@@ -384,11 +443,10 @@ DECLARE v_i integer;
 BEGIN
   FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
     IF p_state[v_i] IS NULL THEN
-      DELETE FROM ${s}.fg_records_v1 t
-        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+      PERFORM ${s}.fg_release_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_cid[v_i]);
     ELSE
       UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0, expires_at = p_exp[v_i], status = p_status[v_i],
-        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i]
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i], after_reason = NULL
         WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
     END IF;
   END LOOP;
@@ -532,13 +590,18 @@ export function queries(s: string) {
       UPDATE ${s}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`,
     lossNote: `SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'lossnote'`,
     /**
-     * true when the newest piece of the schema is there: the v3 admit batch (the server's clock;
+     * true when the newest pieces of the schema are there: the v3 admit batch (the server's clock;
      * made by the same migration as the marks' since and the attempt log's upstream_ms, late_ms
-     * and highest_token); $1 is the qualified name of fg_admit_many_v3, $2 the schema's bare name
+     * and highest_token) and the v3 settle batch with the records' after_reason; $1 and $3 are the
+     * qualified names of fg_admit_many_v3 and fg_settle_many_v3, $2 the schema's bare name
      */
-    upToDate: `SELECT to_regproc($1) IS NOT NULL AND EXISTS (SELECT 1 FROM information_schema.columns
-        WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'highest_token') AS ok`,
+    upToDate: `SELECT to_regproc($1) IS NOT NULL AND to_regproc($3) IS NOT NULL
+        AND EXISTS (SELECT 1 FROM information_schema.columns
+          WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'highest_token')
+        AND EXISTS (SELECT 1 FROM information_schema.columns
+          WHERE table_schema = $2 AND table_name = 'fg_records_v1' AND column_name = 'after_reason') AS ok`,
     admitManyName: `${s}.fg_admit_many_v3`,
+    settleManyName: `${s}.fg_settle_many_v3`,
     /** the server's clock, epoch ms (../clock.ts measures the offset with it) */
     clock: named('fg_clock', 'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms'),
     ping: named('fg_ping', `SELECT 1 FROM ${s}.fg_meta_v1 LIMIT 1`),
@@ -553,7 +616,7 @@ export function queries(s: string) {
     fenceMany: named('fg_fence_many_v2', `SELECT o_i, o_accepted, o_highest, o_since, o_raised FROM ${s}.fg_fence_many_v2($1::text[], $2::bigint[], $3::bigint[])`),
     claimMany: named('fg_claim_many_v2', `SELECT * FROM ${s}.fg_claim_many_v2($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint[])`),
     admitMany: named('fg_admit_many_v3', `SELECT * FROM ${s}.fg_admit_many_v3($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`),
-    settleMany: named('fg_settle_many_v2', `SELECT ${s}.fg_settle_many_v2($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[], $11::bigint[])`),
+    settleMany: named('fg_settle_many_v3', `SELECT * FROM ${s}.fg_settle_many_v3($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[], $11::bigint[])`),
 
     // idempotency records off the group commit
     /** $1 leaseMs, $6 now */

@@ -60,7 +60,7 @@ export async function claim(a: Admission, op: string, key: RecordKey, req: Claim
   try {
     return localClaim(a, claimOf(await a.writer.write<ClaimReply>(op, SCRIPTS.fgClaim, [a.keys.record(key)], claimArgs(req, nowArg(a.clock, now)), true, (r) => r[0].toString() === 'claimed')))
   } catch (e) {
-    if (e instanceof ReplicaShortfall) await giveBack(a, key, req, now, claimOf(e.result as ClaimReply))
+    if (e instanceof ReplicaShortfall) await giveBack(a, key, req, claimOf(e.result as ClaimReply))
     throw e
   }
 }
@@ -77,7 +77,7 @@ export async function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey
     } catch (e) {
       if (e instanceof ReplicaShortfall) {
         const x = e.result as AdmitReply
-        if (Number(x[0]) === 1) await giveBack(a, key, req, now, claimOf(x.slice(4) as ClaimReply))
+        if (Number(x[0]) === 1) await giveBack(a, key, req, claimOf(x.slice(4) as ClaimReply))
       }
       throw e
     }
@@ -95,7 +95,7 @@ export async function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey
     try {
       await fenceAcked
     } catch (e) {
-      await giveBack(a, key, req, now, claimed)
+      await giveBack(a, key, req, claimed)
       throw e
     }
   }
@@ -104,13 +104,11 @@ export async function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey
 
 /**
  * A claim made but not acknowledged by enough replicas is given back before the StoreError
- * reaches the gateway (which does not forward): released, or — when it took over an attempt
- * whose outcome is unknown — put back as that unknown outcome, so the key reads as it did.
+ * reaches the gateway (which does not forward): RELEASE deletes it, or puts back the unknown
+ * outcome it took over, so the key reads as it did.
  */
-async function giveBack(a: Admission, key: RecordKey, req: ClaimRequest, now: number, claimed: ClaimResult): Promise<void> {
+async function giveBack(a: Admission, key: RecordKey, req: ClaimRequest, claimed: ClaimResult): Promise<void> {
   if (claimed.kind !== 'claimed') return
-  const k = a.keys.record(key)
-  await (claimed.after
-    ? a.writer.call(SCRIPTS.fgFinish, [k], [req.claimId, 'unknown', nowArg(a.clock, now), String(Math.max(1, req.ttlMs)), '', '', '', claimed.after], false)
-    : a.writer.call(SCRIPTS.fgRelease, [k], [req.claimId], false)).catch(() => { /* the lease ends it: an unknown outcome (crash) */ })
+  await a.writer.call(SCRIPTS.fgRelease, [a.keys.record(key)], [req.claimId], false)
+    .catch(() => { /* guardStore gives it back again (../index.ts), else the lease ends it: an unknown outcome (crash) */ })
 }

@@ -19,7 +19,7 @@
  */
 import { storeCall } from '../call.js'
 import { resolveResult } from '../replies.js'
-import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../types.js'
+import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../types.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
 import { StoreClock } from '../clock.js'
@@ -32,7 +32,7 @@ import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../loss-note.js'
 import { scanUnknowns } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
-import { SCRIPTS } from './scripts.js'
+import { SCRIPTS, releaseOf, type ReleaseReply } from './scripts.js'
 import { admit, claim, fence, nowArg, type Admission } from './admission.js'
 import { olderRegistered, register, unregister } from './serialize.js'
 
@@ -237,10 +237,9 @@ export class RedisStore implements Store {
     return this.#run('renew', async () => Number(await this.#writer.call<number>(SCRIPTS.fgRenew, [this.#keys.record(key)], [claimId, String(Math.max(0, Math.round(leaseMs))), nowArg(this.clock, now)], false, 'renew')) === 1)
   }
 
-  release(key: RecordKey, claimId: string): Promise<void> {
-    return this.#run('release', async () => {
-      await this.#writer.write<number>('release', SCRIPTS.fgRelease, [this.#keys.record(key)], [claimId], false, (n) => Number(n) === 1)
-    })
+  release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
+    return this.#run('release', async () => releaseOf(
+      await this.#writer.write<ReleaseReply>('release', SCRIPTS.fgRelease, [this.#keys.record(key)], [claimId], false, (r) => String(r[0]) !== 'not_held')))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {

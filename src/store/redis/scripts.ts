@@ -24,8 +24,8 @@
  * FENCE wrote stands, as after a lone FENCE (the store's `admit` says why).
  */
 import { createHash } from 'node:crypto'
-import { claimResult, fenceResult } from '../replies.js'
-import type { ClaimRequest, ClaimResult, FenceResult } from '../types.js'
+import { claimResult, fenceResult, releaseResult } from '../replies.js'
+import type { ClaimRequest, ClaimResult, FenceResult, ReleaseResult } from '../types.js'
 
 // Lua: the instant of this script, epoch ms: the caller's \`now\` when it passes one (tests), else
 // the server's TIME. Written out with %.0f: tostring would switch to exponent notation.
@@ -179,11 +179,26 @@ end
 return 0
 `
 
-// KEYS[1] = record key; ARGV[1] = claimId. Deletes only an in-flight record held by claimId.
+// KEYS[1] = record key; ARGV[1] = claimId. Gives the claim back (../record-state.ts
+// decideRelease): while the record is in flight under claimId, or is the unknown outcome (reason
+// crash) that claim's own lapsed lease made — CLAIM keeps cid, lease and after then; FINISH and
+// this script write lease 0 — it deletes the record, or puts back the unknown outcome the claim
+// took over (`after`), keeping the key's expiry. Returns {released|restored|not_held, '1' when
+// it undid a lapsed lease, else ''}.
 const RELEASE = `
-local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
-if r[1] == 'in_flight' and r[2] == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+local k = KEYS[1]
+local r = redis.call('HMGET', k, 'state', 'cid', 'after', 'lease', 'reason')
+if r[2] ~= ARGV[1] then return {'not_held', ''} end
+local lapsed = r[1] == 'unknown' and (r[5] or 'crash') == 'crash' and tonumber(r[4] or '0') > 0
+if r[1] ~= 'in_flight' and not lapsed then return {'not_held', ''} end
+local l = lapsed and '1' or ''
+if not r[3] then
+  redis.call('DEL', k)
+  return {'released', l}
+end
+redis.call('HSET', k, 'state', 'unknown', 'reason', r[3], 'lease', '0')
+redis.call('HDEL', k, 'after', 'ab')
+return {'restored', l}
 `
 
 // KEYS[1] = record key; ARGV = as (completed|failed), now ('' : TIME), ttlMs.
@@ -362,6 +377,12 @@ export const claimOf = (r: ClaimReply): ClaimResult => {
     headers: headers.length ? headers.toString() : null, body, leaseUntil: leaseUntil.toString(), reason: reason.toString(),
   })
 }
+
+/** RELEASE's answer: kind, and '1' when it undid a lapsed lease. */
+export type ReleaseReply = (string | Buffer)[]
+
+/** RELEASE's answer as a `ReleaseResult`. @throws Error on a kind this version does not know */
+export const releaseOf = (r: ReleaseReply): ReleaseResult => releaseResult(r[0].toString(), r[1]?.toString() === '1')
 
 /** ADMIT's answer: FENCE's fields, then CLAIM's when the fence accepted. */
 export type AdmitReply = [...FenceReply, ...ClaimReply]

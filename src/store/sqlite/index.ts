@@ -29,7 +29,7 @@ import { randomUUID } from 'node:crypto'
 import type { Database as Db, Statement } from 'better-sqlite3'
 import { recordId } from '../record-state.js'
 import { storeCall } from '../call.js'
-import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, Resolution, ResolveResult, Store, UnknownRecord } from '../types.js'
+import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Store, UnknownRecord } from '../types.js'
 import { busyWhy, retryWhileBusy } from './busy.js'
 import { META } from './sql.js'
 import { openFile } from './file.js'
@@ -214,7 +214,7 @@ export class SqliteStore implements Store {
     return this.#write('renew', () => this.#ops.renew(recordId(key), claimId, now + leaseMs))
   }
 
-  release(key: RecordKey, claimId: string): Promise<void> {
+  release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#write('release', () => this.#ops.release(recordId(key), claimId))
   }
 

@@ -10,8 +10,8 @@
  * group commit still commit. `admit` writes with two (fence, then claim): see there.
  */
 import type { Database as Db, Statement } from 'better-sqlite3'
-import { decideClaim, decideFinish, decideResolve, mayRelease, parseRecordId, type IdemRecord } from '../record-state.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration, Resolution, ResolveResult, UnknownReason, UnknownRecord } from '../types.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, parseRecordId, type IdemRecord } from '../record-state.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration, ReleaseResult, Resolution, ResolveResult, UnknownReason, UnknownRecord } from '../types.js'
 import { FENCES, RECORDS, REGISTRATIONS } from './sql.js'
 
 interface RecordRow {
@@ -24,6 +24,7 @@ interface RecordRow {
   headers: string | null
   body: Buffer | null
   reason: IdemRecord['reason'] | null
+  after_reason: IdemRecord['after'] | null
 }
 
 const toRecord = (r: RecordRow | undefined): IdemRecord | undefined => r && {
@@ -34,6 +35,7 @@ const toRecord = (r: RecordRow | undefined): IdemRecord | undefined => r && {
   expiresAt: r.expires_at,
   status: r.status ?? undefined,
   reason: r.reason ?? undefined,
+  after: r.after_reason ?? undefined,
   response: r.state === 'completed' ? { status: r.status!, headers: JSON.parse(r.headers ?? '[]'), body: r.body ?? Buffer.alloc(0) } : undefined,
 }
 
@@ -48,6 +50,7 @@ const toRow = (id: string, r: IdemRecord) => ({
   headers: r.response ? JSON.stringify(r.response.headers) : null,
   body: r.response?.body ?? null,
   reason: r.reason ?? null,
+  after_reason: r.after ?? null,
 })
 
 /** The operations on one connection; `id` is a `recordId`. Each throws what SQLite threw, unwrapped. */
@@ -123,8 +126,11 @@ export class Operations {
     return this.#renew.run(leaseUntil, id, claimId).changes > 0
   }
 
-  release(id: string, claimId: string): void {
-    if (mayRelease(this.#get(id), claimId)) this.#recDel.run(id)
+  release(id: string, claimId: string): ReleaseResult {
+    const { result, write } = decideRelease(this.#get(id), claimId)
+    if (write === null) this.#recDel.run(id)
+    else if (write) this.#recPut.run(toRow(id, write))
+    return result
   }
 
   /** Reads and writes: run it in a transaction of its own (`transaction`). */

@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS fg_fences_v1 (resource TEXT PRIMARY KEY, highest INTE
 CREATE TABLE IF NOT EXISTS fg_records_v1 (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, fingerprint TEXT NOT NULL, claim_id TEXT NOT NULL,
   lease_until INTEGER NOT NULL, expires_at INTEGER NOT NULL,
-  status INTEGER, headers TEXT, body BLOB, reason TEXT
+  status INTEGER, headers TEXT, body BLOB, reason TEXT, after_reason TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON fg_records_v1 (expires_at);
 CREATE INDEX IF NOT EXISTS fg_records_v1_unsettled ON fg_records_v1 (state) WHERE state IN ('unknown', 'in_flight');
@@ -46,7 +46,8 @@ CREATE INDEX IF NOT EXISTS fg_registrations_v1_deadline ON fg_registrations_v1 (
 /**
  * Columns added to a table after it was first released, in the order they are added: a file
  * made before them gets them when opened (the attempt log's request ids, operators' reasons,
- * effect durations and stale writers' lateness; the time a mark was first accepted).
+ * effect durations and stale writers' lateness; the time a mark was first accepted; the unknown
+ * outcome an in-flight claim took over, which its release puts back).
  */
 export const ADDED_COLUMNS: readonly (readonly [table: string, column: string, type: 'TEXT' | 'REAL' | 'INTEGER'])[] = [
   ['fg_audit_v1', 'request_id', 'TEXT'],
@@ -56,6 +57,7 @@ export const ADDED_COLUMNS: readonly (readonly [table: string, column: string, t
   ['fg_audit_v1', 'upstream_ms', 'REAL'],
   ['fg_audit_v1', 'late_ms', 'REAL'],
   ['fg_fences_v1', 'since', 'INTEGER'],
+  ['fg_records_v1', 'after_reason', 'TEXT'],
 ]
 
 /** The pragma listing a table's columns (`name` per row). */
@@ -84,8 +86,8 @@ export const FENCES = {
 /** Idempotency records, one row per `recordId` (src/store/record-state.ts). */
 export const RECORDS = {
   get: 'SELECT * FROM fg_records_v1 WHERE id = ?',
-  put: `INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason)
-    VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason)`,
+  put: `INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason, after_reason)
+    VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason, @after_reason)`,
   delete: 'DELETE FROM fg_records_v1 WHERE id = ?',
   /** lease_until, id, claim_id: only the holder's in-flight record */
   renew: "UPDATE fg_records_v1 SET lease_until = ? WHERE id = ? AND claim_id = ? AND state = 'in_flight'",
