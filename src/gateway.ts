@@ -1,10 +1,9 @@
 /**
  * Builds the gateway's Hono app. Every request passes `observe` (its facts, measured and
- * recorded once) and `refusePath`; each route of the config then becomes one handler in the
+ * recorded once; a path with a dot segment refused there); each route of the config then becomes one handler in the
  * contract's order — admission (fencing, then idempotency: one store call) → send → record →
  * respond (./request-path.ts) — registered in config order, so the first matching route wins.
  */
-import { randomUUID } from 'node:crypto'
 import { Hono, type MiddlewareHandler } from 'hono'
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
 import { context as otelContext } from '@opentelemetry/api'
@@ -28,6 +27,7 @@ import type { AuditQueue } from './audit/queue.js'
 import type { AuditEntry } from './store/attempt-log/types.js'
 import { attemptEntry } from './audit/entry.js'
 import { timelineLink } from './ui/links.js'
+import { newId } from './ids.js'
 
 export interface Gateway {
   app: Hono<GatewayEnv>
@@ -45,10 +45,15 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
   return async function observe(c, next) {
     const started = performance.now()
     const incoming = c.env.incoming
-    const f: RequestFacts = { requestId: saneRequestId(incoming.headers[idHeader]) ?? randomUUID(), method: incoming.method ?? 'GET' }
+    const f: RequestFacts = { requestId: saneRequestId(incoming.headers[idHeader]) ?? newId(), method: incoming.method ?? 'GET' }
     c.set('facts', f)
     const span = startServerSpan(incoming)
-    if (span) await otelContext.with(span.ctx, next)
+    // a path with a dot segment is refused before routing (400 bad-path), counted like any request
+    const badPath = dotSegmentPath(incoming.url ?? '/')
+    if (badPath) {
+      f.outcome = badPath.outcome
+      c.res = badPath.toResponse(f.requestId, idHeader)
+    } else if (span) await otelContext.with(span.ctx, next)
     else await next()
     const code = f.code ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
     const ms = performance.now() - started
@@ -65,17 +70,6 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
     const entry = attemptEntry(f, code, ms, span?.traceId)
     if (audited) audit.push(entry)
     if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, incoming, publicUrl))
-  }
-}
-
-/** Refuses a path holding a dot segment (400 bad-path, ./front-door.ts), before routing. */
-function refusePath(idHeader: string): MiddlewareHandler<GatewayEnv> {
-  return async function refusePath(c, next) {
-    const p = dotSegmentPath(c.env.incoming.url ?? '/')
-    if (p === undefined) return next()
-    const f = c.get('facts')
-    f.outcome = p.outcome
-    return p.toResponse(f.requestId, idHeader)
   }
 }
 
@@ -113,7 +107,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     const timeline = config.admin.publicUrl && timelineLink({ outcome: f.outcome, keyHash: f.keyHash, resource: f.resource }, config.admin.publicUrl)
     return p.toResponse(f.requestId, idHeader, timeline ? { timeline } : undefined)
   }
-  app.use('*', observe(metrics, log, config.log, audit, config.admin.publicUrl), refusePath(idHeader))
+  app.use('*', observe(metrics, log, config.log, audit, config.admin.publicUrl))
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event

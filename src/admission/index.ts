@@ -15,7 +15,6 @@
  * under a newer lease is that lease holder's write). A request that waited for its key is fenced
  * again on every try: a newer token accepted meanwhile makes it stale, not forwarded.
  */
-import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { IncomingMessage } from 'node:http'
 import type { RequestFacts } from '../facts.js'
@@ -29,6 +28,7 @@ import type { RequestWindow } from '../fencing/request-window.js'
 import { claimReader, type ClaimInput } from '../idempotency/read.js'
 import type { Claim, Records } from '../idempotency/index.js'
 import { decide, type Decision, type FenceAnswer, type KeyInput } from './decide.js'
+import { newId } from '../ids.js'
 
 export { decide, type Decision, type FenceAnswer, type KeyInput, type ClaimAnswer } from './decide.js'
 
@@ -119,7 +119,7 @@ export class Admission {
     const cfg = this.route.idempotency!
     f.keyHash = key.keyHash
     f.fingerprint = key.fingerprint
-    const claimId = randomUUID()
+    const claimId = newId()
     const req: ClaimRequest = { fingerprint: key.fingerprint, claimId, leaseMs: cfg.lease, ttlMs: cfg.ttl, retryUnknown: cfg.unknownOutcome === 'retry' }
     const deadline = Date.now() + this.#upstreamTimeout
     for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {

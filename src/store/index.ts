@@ -5,6 +5,7 @@
  */
 import type { Config } from '../config/schema.js'
 import type { Metrics } from '../telemetry/metrics.js'
+import { tracingOn } from '../telemetry/tracing.js'
 import type { Logger } from '../log.js'
 import { MemoryStore } from './memory.js'
 import { SqliteStore } from './sqlite/index.js'
@@ -70,12 +71,12 @@ export async function migrateStore(config: Config['store']): Promise<string> {
   return `${config.kind} store needs no migration (its layout is created when opened)`
 }
 
+/** `p`, or a StoreError after `ms`: one promise and one timer per call (no race, no finally). */
 function withTimeout<T>(p: Promise<T>, ms: number, op: string): Promise<T> {
-  let timer: NodeJS.Timeout
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new StoreError(`store did not answer ${op} within ${ms} ms`, op)), ms)
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new StoreError(`store did not answer ${op} within ${ms} ms`, op)), ms)
+    p.then((v) => { clearTimeout(timer); resolve(v) }, (e) => { clearTimeout(timer); reject(e) })
   })
-  return Promise.race([p, late]).finally(() => clearTimeout(timer))
 }
 
 /** How often a full store, or one dropping entries the operator let it drop, is logged: once a minute. */
@@ -108,6 +109,14 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     },
   )
   const bounded = inner.inProcess ? <T>(p: Promise<T>) => p : <T>(p: Promise<T>, op: string) => withTimeout(p, timeoutMs, op)
+  // each operation's duration child, so a call does not hash its labels (prom-client does per labels object)
+  const durations = new Map<string, { observe(v: number): void }>()
+  const traced = tracingOn()
+  const duration = (op: string) => {
+    let h = durations.get(op)
+    if (h === undefined) durations.set(op, h = metrics.storeDuration.labels(kind, op))
+    return h
+  }
   const call = async <T>(op: string, fn: () => Promise<T>): Promise<T> => {
     const started = performance.now()
     try {
@@ -124,7 +133,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
       }
       throw e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
     } finally {
-      metrics.storeDuration.observe({ store: kind, op }, (performance.now() - started) / 1000)
+      const seconds = (performance.now() - started) / 1000
+      if (traced) metrics.storeDuration.observe({ store: kind, op }, seconds) // with its exemplar
+      else duration(op).observe(seconds)
     }
   }
   // claims never used, given back by their id until the store takes them (./give-back.ts)
