@@ -15,13 +15,12 @@ import { startUpstream, type Upstream } from '../helpers/upstream.js'
 import { tempDir, freePort, spawnGateway, gatewayConfig, type ChildGateway, type StoreInput } from '../helpers/gateway.js'
 import { expectProblem, post, send, metrics, metric } from '../helpers/http.js'
 import { until, sleep } from '../helpers/wait.js'
+import { skewed, skewedEnv } from '../helpers/faketime.js'
 import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from '../helpers/stores.js'
 
 const run = randomUUID().replaceAll('-', '').slice(0, 10)
 const LEASE_MS = 3_000
 
-// libfaketime shifts the wall clock only: node's timers and performance.now stay true
-const skewed = (offset: string) => ({ prefix: ['faketime', '-f', offset], env: { FAKETIME_DONT_FAKE_MONOTONIC: '1' } })
 
 
 const stores = {
@@ -37,7 +36,7 @@ export function describeClockSkew(kind: keyof typeof stores): void {
   afterAll(async () => { await up?.close() })
 
   test('faketime shifts a node process\'s clock (the skew the tests rely on)', () => {
-    const seen = Number(execFileSync('faketime', ['-f', '+20s', process.execPath, '-e', 'process.stdout.write(String(Date.now()))'], { env: { ...process.env, FAKETIME_DONT_FAKE_MONOTONIC: '1' } }).toString())
+    const seen = Number(execFileSync(process.execPath, ['-e', 'process.stdout.write(String(Date.now()))'], { env: { ...process.env, ...skewedEnv('+20s') } }).toString())
     expect(Math.abs(seen - Date.now() - 20_000)).toBeLessThan(2_000)
   })
 
