@@ -6,7 +6,7 @@
 import { StoreError } from './types.js'
 
 /** The error of a call made after `close()` (every store, every method). */
-export const closedError = (op: string): StoreError => new StoreError('store is closed', op)
+export const closedError = (op: string): StoreError => new StoreError('store is closed', op, { unsent: true })
 
 /**
  * Wraps an engine's error as a `StoreError` "`<engine> <op>: <why>`"; a `StoreError` passes as it is.

@@ -8,14 +8,21 @@
  * failing inside (the claim step of a half-failed `admit`). Callers fail closed (503).
  */
 export class StoreError extends Error {
+  /**
+   * The call never left this process (the store closed, or not connected since start-up), so it
+   * wrote nothing: a claim it was to make needs no give-back. False when that is not known.
+   */
+  readonly unsent: boolean
+
   constructor(
     message: string,
     /** the store operation that failed, the `op` label in metrics */
     readonly op: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; unsent?: boolean },
   ) {
     super(message, options)
     this.name = 'StoreError'
+    this.unsent = options?.unsent === true
   }
 }
 

@@ -65,7 +65,7 @@ export class GiveBacks {
   add(key: RecordKey, claimId: string, forMs: number): void {
     if (this.#closed || this.#waiting.has(claimId)) return
     if (this.#waiting.size >= MAX_WAITING) {
-      this.#say('error', `${MAX_WAITING} claims never used are already waiting to be given back: this one is not, and reads as an unknown outcome (reason crash) once its lease ends, until an operator resolves it`, key)
+      this.#say('error', `${MAX_WAITING} claims never used are already waiting to be given back, so this one is not: if the store made it, the key reads as an unknown outcome (reason crash) once its lease ends, until an operator resolves it`, key)
       return
     }
     this.#waiting.set(claimId, { key, claimId, until: performance.now() + Math.min(Math.max(0, forMs), MAX_GIVE_BACK_MS) })

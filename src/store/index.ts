@@ -71,6 +71,9 @@ export async function migrateStore(config: Config['store']): Promise<string> {
   return `${config.kind} store needs no migration (its layout is created when opened)`
 }
 
+/** True for a StoreError of a call that never left this process: it wrote nothing. */
+const unsent = (e: unknown): boolean => e instanceof StoreError && e.unsent
+
 /** `p`, or a StoreError after `ms`: one promise and one timer per call (no race, no finally). */
 function withTimeout<T>(p: Promise<T>, ms: number, op: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
@@ -148,8 +151,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
    * which deletes it or puts back the unknown outcome it took over, and undoes the unknown
    * outcome its own lease made if it ran out meanwhile), or the key would read as in flight and
    * then as an unknown outcome, for a request never sent. A late answer says whether there is a
-   * claim to give back; without one the claim id is given back all the same: a no-op when it was
-   * never made.
+   * claim to give back; without one the claim id is given back all the same (a no-op when it was
+   * never made), unless the call never left this process (`StoreError.unsent`).
    */
   const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest): Promise<T> =>
     call(op, () => attempt).catch((e) => {
@@ -159,7 +162,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         // (or took it over): the request that would have counted it already got 503
         if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
         if (c?.kind === 'claimed') giveBacks.add(key, req.claimId, req.ttlMs)
-      }, () => giveBacks.add(key, req.claimId, req.ttlMs))
+      }, (late) => { if (!unsent(late)) giveBacks.add(key, req.claimId, req.ttlMs) })
       throw e
     })
   return {
@@ -178,8 +181,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     // a release the store did not answer is tried again (the request was never sent, or the
     // upstream said it did nothing); the caller still hears of the failure
+    // (at once: a second release of one claim id, before or after the first lands, is a no-op)
     release: (key, claimId) => call('release', () => inner.release(key, claimId)).catch((e) => {
-      giveBacks.add(key, claimId, MAX_GIVE_BACK_MS)
+      if (!unsent(e)) giveBacks.add(key, claimId, MAX_GIVE_BACK_MS)
       throw e
     }),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),

@@ -61,7 +61,7 @@ export function lateStore(kind: Store['kind'], open: () => Promise<Store>, log: 
   let attempts = 1
   let onConnected!: () => void
   const connected = new Promise<void>((r) => { onConnected = r })
-  const notYet = (op: string) => Promise.reject(new StoreError(`the ${kind} store has not answered since start-up (${lastError}); still trying to connect`, op))
+  const notYet = (op: string) => Promise.reject(new StoreError(`the ${kind} store has not answered since start-up (${lastError}); still trying to connect`, op, { unsent: true }))
 
   const retry = () => {
     const delay = Math.round(Math.min(maxDelayMs, minDelayMs * 2 ** (attempts - 1)) * (0.8 + Math.random() * 0.4))

@@ -106,6 +106,17 @@ describe('guardStore gives back a claim never used until the store takes it', ()
     expect(inner.calls).toHaveLength(4)
   })
 
+  test('a call that never left the gateway (StoreError.unsent: the store closed, or not connected since start-up) gives nothing back', async () => {
+    const inner = new Scripted()
+    const store = guard(inner)
+    const s = watch(store.claim(key(), req('c1'), T0))
+    inner.held[0].fail(new StoreError('the redis store has not answered since start-up', 'claim', { unsent: true }))
+    await settle()
+    expect(s.error).toBeInstanceOf(StoreError)
+    await vi.advanceTimersByTimeAsync(10_000)
+    expect(inner.calls).toEqual([])
+  })
+
   test('close: one last try, then no more; what is left is logged, and the store is closed', async () => {
     const inner = new Scripted()
     const store = guard(inner)
