@@ -6,9 +6,14 @@ import type { AuditLog } from '../../src/store/attempt-log/types.js'
 
 /**
  * What guardStore touches of the metrics: the error counter and the duration histogram, by store
- * and op, and the unknown outcomes a late claim found (an abandoned attempt), by route.
+ * and op (observed directly, or through a child of its labels: both land in `observe`), and the
+ * unknown outcomes a late claim found (an abandoned attempt), by route.
  */
-export const fakeMetrics = () => ({ storeErrors: { inc: vi.fn() }, storeDuration: { observe: vi.fn() }, unknownOutcomes: { inc: vi.fn() } })
+export const fakeMetrics = () => {
+  const observe = vi.fn()
+  const labels = (store: string, op: string) => ({ observe: (v: number) => observe({ store, op }, v) })
+  return { storeErrors: { inc: vi.fn() }, storeDuration: { observe, labels }, unknownOutcomes: { inc: vi.fn() } }
+}
 export const fakeLog = () => ({ debug: vi.fn(), info: vi.fn(), warn: vi.fn(), error: vi.fn(), access: vi.fn() })
 
 /** A call of the double not answered yet. */
