@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
 import { startTestGateway, type RouteSpec, type StoreInput, type TestGateway } from '../helpers/gateway.js'
-import { expectProblem, post, send } from '../helpers/http.js'
+import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
 import { sleep, until } from '../helpers/wait.js'
 import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from '../helpers/stores.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
@@ -49,6 +49,9 @@ describe.each(stores)('a lost claim reply and the $kind store out of reach past 
     proxy = await startTcpProxy({ host: shared.target.hostname, port: Number(shared.target.port) })
     a = await startTestGateway({ store: shared.store(shared.via(proxy.port)), routes: routes(up.url, true) })
     b = await startTestGateway({ store: shared.store(shared.direct), routes: routes(up.url, false) })
+    // A's first count of unknown outcomes (a SCAN of the whole Redis) done: see `quiet`
+    await until(async () => metric(await metrics(a.adminUrl), 'fencegate_store_duration_seconds_count', { store: shared.kind, op: 'unknowns' }) >= 1,
+      { message: 'A\'s first count of unknown outcomes' })
   })
   afterAll(async () => {
     await a?.close()
@@ -64,11 +67,19 @@ describe.each(stores)('a lost claim reply and the $kind store out of reach past 
     ((await send(`${b.adminUrl}/unknown?route=${route}`)).json() as { unknown: { reason: string }[] }).unknown.map((u) => u.reason)
 
   /**
+   * Nothing of A's on its way to the store: ioredis sends one pipeline at a time (auto-pipelining),
+   * so a claim sent while an earlier command's reply is being dropped would wait behind it and
+   * never reach the store; an attempt log append is the one thing A may still have in flight.
+   */
+  const quiet = () => a.audit.flush()
+
+  /**
    * A claims `key` on the store, its reply is dropped (503, nothing forwarded), then the store is
    * out of reach for 2.5 s — well past the 1 s lease — while A tries to give the claim back.
    * `meanwhile` runs once the lease has ended, before the heal.
    */
   async function lostThenUnreachable(key: string, meanwhile: () => Promise<void>): Promise<void> {
+    await quiet()
     proxy.mode = 'drop-replies'
     expectProblem(await pay(a, key), { status: 503, type: 'store-unavailable' })
     // the dropped reply's connection goes; every new one is held: no give-back reaches the store
@@ -114,6 +125,7 @@ describe.each(stores)('a lost claim reply and the $kind store out of reach past 
     const payr = (gw: TestGateway) => post(`${gw.url}${at}`, { key }, { 'idempotency-key': key })
     expectProblem(await payr(b), { status: 504, type: 'upstream-timeout' }) // applied, then no answer: unknown (timeout)
     expect(up.count(at)).toBe(1)
+    await quiet()
     proxy.mode = 'drop-replies'
     expectProblem(await payr(a), { status: 503, type: 'store-unavailable' }) // A retries unknown outcomes: its claim takes it over
     proxy.mode = 'pass'
