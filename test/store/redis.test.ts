@@ -93,10 +93,15 @@ describe('RedisStore', () => {
         `{fg:${p}:f:account%3A%7B42%7D}s`,
         `{fg:${p}:r:payments:${'a'.repeat(64)}:k%3A1}`,
         `{fg:${p}:seq}`,
+        `{fg:${p}:unsettled}`,
+        `{fg:${p}:unsettled}n`,
       ])
-      // the write sequence: one step per script
+      // the write sequence: one step per script, and as many by scripts that keep the index
       expect(await admin.get(keys[4])).toBe('2')
       expect(await admin.pttl(keys[4])).toBe(-1)
+      expect(await admin.get(keys[6])).toBe('2')
+      // the record in flight is in the index of unsettled records, scored by its expiry
+      expect(await admin.zrange(keys[5], '0', '-1', 'WITHSCORES')).toEqual([keys[3], await admin.hget(keys[3], 'exp')])
       expect(await admin.get(keys[1])).toBe('7')
       expect(await admin.pttl(keys[1])).toBe(-1)
       // when the mark was first accepted, tagged with the mark it belongs to; in the mark's slot

@@ -58,7 +58,7 @@ export async function fence(a: Admission, resource: string, token: bigint, now: 
 /** CLAIM, waited for when it claimed; a claim the replicas did not acknowledge is given back. */
 export async function claim(a: Admission, op: string, key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
   try {
-    return localClaim(a, claimOf(await a.writer.write<ClaimReply>(op, SCRIPTS.fgClaim, [a.keys.record(key)], claimArgs(req, nowArg(a.clock, now)), true, (r) => r[0].toString() === 'claimed')))
+    return localClaim(a, claimOf(await a.writer.write<ClaimReply>(op, SCRIPTS.fgClaim, a.keys.recordKeys(key), claimArgs(req, nowArg(a.clock, now)), true, (r) => r[0].toString() === 'claimed')))
   } catch (e) {
     if (e instanceof ReplicaShortfall) await giveBack(a, key, req, claimOf(e.result as ClaimReply))
     throw e
@@ -70,7 +70,7 @@ export async function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey
   if (!a.cluster) {
     try {
       const [fenceKey, sinceKey] = a.keys.fence(fenceReq.resource)
-      const r = await a.writer.write<AdmitReply>('admit', SCRIPTS.fgAdmit, [fenceKey, a.keys.record(key), sinceKey], [fenceReq.token.toString(), ...claimArgs(req, nowArg(a.clock, now))], true,
+      const r = await a.writer.write<AdmitReply>('admit', SCRIPTS.fgAdmit, [fenceKey, a.keys.record(key), sinceKey, a.keys.unsettled!.index], [fenceReq.token.toString(), ...claimArgs(req, nowArg(a.clock, now))], true,
         (x) => Number(x[0]) === 1 && x[4].toString() === 'claimed')
       const fenced = localFence(a, fenceOf([r[0], r[1], r[2], r[3]]))
       return fenced.accepted ? { fence: fenced, claim: localClaim(a, claimOf(r.slice(4) as ClaimReply)) } : { fence: fenced }
@@ -109,6 +109,6 @@ export async function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey
  */
 async function giveBack(a: Admission, key: RecordKey, req: ClaimRequest, claimed: ClaimResult): Promise<void> {
   if (claimed.kind !== 'claimed') return
-  await a.writer.call(SCRIPTS.fgRelease, [a.keys.record(key)], [req.claimId], false)
+  await a.writer.call(SCRIPTS.fgRelease, a.keys.recordKeys(key), [req.claimId], false)
     .catch(() => { /* guardStore gives it back again (../index.ts), else the lease ends it: an unknown outcome (crash) */ })
 }

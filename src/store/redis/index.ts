@@ -11,7 +11,8 @@
  *   ./replicas.ts     `replicas: N`: WAIT after the writes a request relies on; ReplicaShortfall
  *   ./attempt-log.ts  the attempt log in streams
  *   ./markers.ts      the state markers: the epoch (and its copies on a cluster), accept-loss
- *   ./unknowns.ts     the records in the unknown state, scanned on every master
+ *   ./unknowns.ts     the records in the unknown state: the index of unsettled records (one
+ *                     server), or a SCAN of every master (cluster)
  *   ./options.ts      what the store is opened with
  *   ./admission.ts    fence, claim and admit (and a claim the replicas lack given back)
  *   ./serialize.ts    the registrations of `fencing.serialize: store`
@@ -30,7 +31,7 @@ import { WriteSequence } from '../sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../loss-note.js'
-import { scanUnknowns } from './unknowns.js'
+import { unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { SCRIPTS, releaseOf, type ReleaseReply } from './scripts.js'
 import { admit, claim, fence, nowArg, type Admission } from './admission.js'
@@ -88,7 +89,7 @@ export class RedisStore implements Store {
     if (!cluster) this.sequence = sequence
     this.#writer = new Writer(this.#redis, {
       cluster, replicas, replicasTimeoutMs: Math.max(1, Math.round(replicasTimeoutMs)), commandTimeoutMs,
-      sequence: cluster ? undefined : { key: this.#keys.seq, seen: sequence },
+      sequence: cluster ? undefined : { keys: [this.#keys.seq, this.#keys.unsettled!.writes], seen: sequence },
     })
     this.#history = new ReplicationHistory(replicas === 0, sequence)
     // Without a listener ioredis prints every connection error; remember the last for ping().
@@ -225,7 +226,7 @@ export class RedisStore implements Store {
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
     return this.#run('finish', async () => {
       const status = done.kind === 'completed' ? String(done.response.status) : done.kind === 'not_stored' ? String(done.status) : ''
-      await this.#writer.write<number>('finish', SCRIPTS.fgFinish, [this.#keys.record(key)], [claimId, done.kind, nowArg(this.clock, now), String(Math.max(1, ttlMs)), status,
+      await this.#writer.write<number>('finish', SCRIPTS.fgFinish, this.#keys.recordKeys(key), [claimId, done.kind, nowArg(this.clock, now), String(Math.max(1, ttlMs)), status,
         done.kind === 'completed' ? JSON.stringify(done.response.headers) : '',
         done.kind === 'completed' ? done.response.body : '',
         done.kind === 'unknown' ? done.reason : ''], false, (n) => Number(n) === 1)
@@ -239,25 +240,26 @@ export class RedisStore implements Store {
 
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#run('release', async () => releaseOf(
-      await this.#writer.write<ReleaseReply>('release', SCRIPTS.fgRelease, [this.#keys.record(key)], [claimId], false, (r) => String(r[0]) !== 'not_held')))
+      await this.#writer.write<ReleaseReply>('release', SCRIPTS.fgRelease, this.#keys.recordKeys(key), [claimId], false, (r) => String(r[0]) !== 'not_held')))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', async () => {
-      const [kind, detail] = (await this.#writer.write<(string | Buffer)[]>('resolve', SCRIPTS.fgResolve, [this.#keys.record(key)], [as, nowArg(this.clock, now), String(Math.max(1, ttlMs))], false,
+      const [kind, detail] = (await this.#writer.write<(string | Buffer)[]>('resolve', SCRIPTS.fgResolve, this.#keys.recordKeys(key), [as, nowArg(this.clock, now), String(Math.max(1, ttlMs))], false,
         (x) => x[0].toString() === 'resolved')).map(String)
       return resolveResult(kind, detail)
     })
   }
 
   /**
-   * SCANs the prefix's record keys (COUNT 1000 a step) — on a cluster on every master, after
-   * checking that every slot has one — and reads each one's state (pipelined): O(records) on
-   * the servers, so the gauge reads it at most every 15 s.
+   * One server: reads the index of unsettled records — O(records in flight or unknown) — built
+   * first from a SCAN of every record when the store was never indexed or a gateway that keeps
+   * no index wrote since (./unknowns.ts). Cluster: SCANs the record keys on every master, after
+   * checking that every slot has one: O(records), so the gauge reads it at most every 15 s.
    */
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
-    return this.#run('unknowns', () => scanUnknowns(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
+    return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
   }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)

@@ -1,8 +1,8 @@
 /**
  * The Redis store's key names, and the Redis Cluster slot of a key.
  *
- * Key layout (every key is its own hash tag, so records and marks spread over a cluster's slots
- * and every script but one touches exactly one key):
+ * Key layout (every key is its own hash tag, so records and marks spread over a cluster's slots;
+ * on a cluster every script but ADMIT touches one key):
  *   {fg:<prefix>:f:<resource>}               string: the high-water mark, decimal; never expires
  *   {fg:<prefix>:f:<resource>}s              string: "<mark> <epoch ms>", when the mark was first
  *                                            accepted (same hash tag, so same slot); never expires;
@@ -21,6 +21,15 @@
  *   {fg:<prefix>:seq}                        string: the write sequence (../sequence.ts), advanced by
  *                                            every script but the attempt log's (one server only)
  *   {fg:<prefix>:audit}                      stream: the attempt log (one server)
+ *   {fg:<prefix>:unsettled}                  sorted set: the index of unsettled records (one
+ *                                            server, ./unknowns.ts): member = a record's key,
+ *                                            score = its `exp`; kept by the scripts that change
+ *                                            a record's state
+ *   {fg:<prefix>:unsettled}n                 string: the writes made by scripts that keep the
+ *                                            index, advanced with the write sequence (one server)
+ *   {fg:<prefix>:unsettled}b                 string: sequence − n when the index was last built
+ *                                            from a SCAN: the writes of gateways that keep no
+ *                                            index counted so far (one server)
  * and on a cluster only:
  *   {fg:<prefix>:m:<n>}  × 256               string: the epoch again, one copy in each block of
  *                                            64 slots, so losing any master's data shows
@@ -110,6 +119,8 @@ export class KeyNames {
   readonly markers: string[]
   /** the attempt log's streams: one, or one per block of slots on a cluster */
   readonly audit: string[]
+  /** one server: the index of unsettled records, its write count and its build mark (see the layout); a cluster keeps none */
+  readonly unsettled?: { index: string; writes: string; built: string }
 
   constructor(keyPrefix: string, cluster: boolean) {
     this.#base = `fg:${part(keyPrefix)}`
@@ -119,6 +130,10 @@ export class KeyNames {
     this.seq = this.#key('seq')
     this.markers = cluster ? keysPerBlock(`${this.#base}:m:`, MARKERS) : []
     this.audit = cluster ? keysPerBlock(`${this.#base}:audit:`, AUDIT_STREAMS) : [this.#key('audit')]
+    if (!cluster) {
+      const index = this.#key('unsettled')
+      this.unsettled = { index, writes: `${index}n`, built: `${index}b` }
+    }
   }
 
   #key(...parts: string[]): string {
@@ -146,7 +161,16 @@ export class KeyNames {
     return this.#key('r', k.route, k.scope, k.key)
   }
 
-  /** A SCAN MATCH pattern for every record key, or only `route`'s. */
+  /**
+   * The keys CLAIM, FINISH, RELEASE and RESOLVE take: the record's, then on one server the index
+   * of unsettled records' (on a cluster the index cannot share the record's slot: none).
+   */
+  recordKeys(k: RecordKey): string[] {
+    const r = this.record(k)
+    return this.unsettled ? [r, this.unsettled.index] : [r]
+  }
+
+  /** A SCAN (or ZSCAN) MATCH pattern for every record key, or only `route`'s. */
   records(route?: string): string {
     return `${glob(`{${this.#base}:r:`)}${route !== undefined ? `${glob(part(route))}:` : ''}*`
   }

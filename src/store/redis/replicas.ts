@@ -63,8 +63,11 @@ export interface WriterOptions {
   replicasTimeoutMs: number
   /** cluster: how long `onMaster` keeps trying, ms */
   commandTimeoutMs: number
-  /** one server: the write sequence (../sequence.ts) and its key; every script but the attempt log's carries it */
-  sequence?: { key: string; seen: WriteSequence }
+  /**
+   * one server: the write sequence (../sequence.ts), its key and the index's write count's
+   * (./keys.ts), both advanced by every script but the attempt log's and the reads
+   */
+  sequence?: { keys: [seq: string, indexWrites: string]; seen: WriteSequence }
 }
 
 /** Sends scripts: through the client's own routing, or — to WAIT after a write — on a known connection. */
@@ -86,7 +89,7 @@ export class Writer {
     if (!q) return callScript<T>(this.redis, s, keys, args, buffer)
     const seen = q.seen.seen
     try {
-      const [n, r] = await callScript<SequencedReply<T>>(this.redis, s, [...keys, q.key], [...args, seen > 0n ? seen.toString() : ''], buffer)
+      const [n, r] = await callScript<SequencedReply<T>>(this.redis, s, [...keys, ...q.keys], [...args, seen > 0n ? seen.toString() : ''], buffer)
       // with replicas a sequence counts once a WAIT covered it: a write the replicas never
       // acknowledged may be lost in a failover without anything acknowledged being lost
       if (this.o.replicas === 0) q.seen.saw(n.toString())

@@ -49,6 +49,13 @@ const DECIMAL_LT = `local function lt(a, b)
 end
 `
 
+// Lua: the index of unsettled records (one server, ./unknowns.ts): \`ix\` is its key, nil on a
+// cluster (there it cannot share a record's slot). A record is in it, scored by its \`exp\`, from
+// its claim until it is completed, not stored, released or resolved; an unknown one stays.
+const INDEX = `local function unsettled(ix, k, exp) if ix then redis.call('ZADD', ix, exp, k) end end
+local function settled(ix, k) if ix then redis.call('ZREM', ix, k) end end
+`
+
 // KEYS[1] = fence key, KEYS[2] = its since key; ARGV[1] = token (canonical decimal), ARGV[2] =
 // '1': rewrite an equal mark (a write, so that a WAIT after it covers the mark), ARGV[3] = now
 // ('' : the server's clock). Returns {accepted 0|1, highest, since ('' when unknown), raised 0|1}.
@@ -75,7 +82,8 @@ redis.call('SET', KEYS[2], t .. ' ' .. now)
 return {1, t, now, 1}
 `
 
-// KEYS[1] = record key; ARGV = fingerprint, claimId, leaseMs, ttlMs, retry (1|0), now ('' : TIME).
+// KEYS[1] = record key, KEYS[2] = the index (one server); ARGV = fingerprint, claimId, leaseMs, ttlMs,
+// retry (1|0), now ('' : TIME).
 // Answers CLAIM_FIELDS, one a position, '' where the kind has none (abandoned: '1' or '').
 // A claim that finds the record in flight under its own claim id is this very call sent again
 // (a cluster client resends a command whose connection closed before the reply): it answers as
@@ -84,7 +92,7 @@ return {1, t, now, 1}
 // limits cannot split a script's writes: Redis refuses a write that may grow memory only while
 // the script has written nothing yet, and never stops it midway (script.c scriptVerifyOOM).
 const CLAIM = `
-${NOW}local k = KEYS[1]
+${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
 local fp, cid, ttl, retry, now = ARGV[1], ARGV[2], ARGV[4], ARGV[5] == '1', clock(ARGV[6])
 local leaseUntil, expiresAt = ms(now + tonumber(ARGV[3])), ms(now + tonumber(ttl))
 local function answer(a)
@@ -95,6 +103,7 @@ local function fresh(after, abandoned)
   redis.call('HSET', k, 'state', 'in_flight', 'fp', fp, 'cid', cid, 'lease', leaseUntil, 'exp', expiresAt)
   if after then redis.call('HSET', k, 'after', after, 'ab', abandoned) end
   redis.call('PEXPIRE', k, ttl)
+  unsettled(ix, k, expiresAt)
 end
 local r = redis.call('HMGET', k, 'state', 'fp', 'lease', 'exp', 'reason', 'status', 'cid', 'after', 'ab')
 local state = r[1]
@@ -119,6 +128,8 @@ if state == 'in_flight' then
     return answer{'claimed', after = 'crash', abandoned = true}
   end
   redis.call('HSET', k, 'state', 'unknown', 'reason', 'crash')
+  -- already indexed when a gateway that keeps the index claimed it; else from now on
+  unsettled(ix, k, r[4])
   return answer{'unknown', reason = 'crash', abandoned = true}
 end
 local reason = r[5] or 'crash'
@@ -129,7 +140,8 @@ end
 return answer{'unknown', reason = reason}
 `
 
-// KEYS[1] = fence key, KEYS[2] = record key, KEYS[3] = the fence's since key; ARGV[1] = token,
+// KEYS[1] = fence key, KEYS[2] = record key, KEYS[3] = the fence's since key, KEYS[4] = the index
+// of unsettled records; ARGV[1] = token,
 // ARGV[2..7] = CLAIM's ARGV (ARGV[7] is now, '' for TIME, also for the since of a mark FENCE raises).
 // FENCE, and CLAIM only when it accepts. Answers FENCE's four fields, then — when it accepted —
 // CLAIM's. Its two keys hash to two cluster slots: one Redis (with replicas) runs it; on a
@@ -145,31 +157,37 @@ ${CLAIM}
 end
 local f = fence({KEYS[1], KEYS[3]}, {ARGV[1], '0', ARGV[7]})
 if f[1] == 0 then return f end
-local c = claim({KEYS[2]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
+local c = claim({KEYS[2], KEYS[4]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
 for i = 4, 1, -1 do table.insert(c, 1, f[i]) end
 return c
 `
 
-// KEYS[1] = record key; ARGV = claimId, state, now ('' : TIME), ttlMs, status, headers, body, reason.
-// Writes only while the record is in flight under claimId. Returns 1 when written.
+// KEYS[1] = record key, KEYS[2] = the index (one server); ARGV = claimId, state, now ('' : TIME),
+// ttlMs, status, headers, body, reason. Writes only while the record is in flight under claimId.
+// Returns 1 when written.
 const FINISH = `
-${NOW}local k = KEYS[1]
+${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
 local r = redis.call('HMGET', k, 'state', 'cid', 'fp')
 if r[1] ~= 'in_flight' or r[2] ~= ARGV[1] then return 0 end
+local exp = ms(clock(ARGV[3]) + tonumber(ARGV[4]))
 redis.call('DEL', k)
-redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', ms(clock(ARGV[3]) + tonumber(ARGV[4])))
+redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', exp)
 if ARGV[2] == 'completed' then
   redis.call('HSET', k, 'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
+  settled(ix, k)
 elseif ARGV[2] == 'not_stored' then
   redis.call('HSET', k, 'status', ARGV[5])
+  settled(ix, k)
 else
   redis.call('HSET', k, 'reason', ARGV[8])
+  unsettled(ix, k, exp)
 end
 redis.call('PEXPIRE', k, ARGV[4])
 return 1
 `
 
 // KEYS[1] = record key; ARGV = claimId, leaseMs, now ('' : TIME). 1 when renewed, 0 when no longer held.
+// Only the lease changes: the record stays in the index of unsettled records as it is.
 const RENEW = `
 ${NOW}local r = redis.call('HMGET', KEYS[1], 'state', 'cid')
 if r[1] == 'in_flight' and r[2] == ARGV[1] then
@@ -179,32 +197,34 @@ end
 return 0
 `
 
-// KEYS[1] = record key; ARGV[1] = claimId. Gives the claim back (../record-state.ts
+// KEYS[1] = record key, KEYS[2] = the index (one server); ARGV[1] = claimId. Gives the claim back (../record-state.ts
 // decideRelease): while the record is in flight under claimId, or is the unknown outcome (reason
 // crash) that claim's own lapsed lease made — CLAIM keeps cid, lease and after then; FINISH and
 // this script write lease 0 — it deletes the record, or puts back the unknown outcome the claim
 // took over (`after`), keeping the key's expiry. Returns {released|restored|not_held, '1' when
 // it undid a lapsed lease, else ''}.
 const RELEASE = `
-local k = KEYS[1]
-local r = redis.call('HMGET', k, 'state', 'cid', 'after', 'lease', 'reason')
+${INDEX}local k, ix = KEYS[1], KEYS[2]
+local r = redis.call('HMGET', k, 'state', 'cid', 'after', 'lease', 'reason', 'exp')
 if r[2] ~= ARGV[1] then return {'not_held', ''} end
 local lapsed = r[1] == 'unknown' and (r[5] or 'crash') == 'crash' and tonumber(r[4] or '0') > 0
 if r[1] ~= 'in_flight' and not lapsed then return {'not_held', ''} end
 local l = lapsed and '1' or ''
 if not r[3] then
   redis.call('DEL', k)
+  settled(ix, k)
   return {'released', l}
 end
 redis.call('HSET', k, 'state', 'unknown', 'reason', r[3], 'lease', '0')
 redis.call('HDEL', k, 'after', 'ab')
+unsettled(ix, k, r[6] or '0')
 return {'restored', l}
 `
 
-// KEYS[1] = record key; ARGV = as (completed|failed), now ('' : TIME), ttlMs.
-// Returns {'resolved', reason} | {'not_found'} | {'refused', state}.
+// KEYS[1] = record key, KEYS[2] = the index (one server); ARGV = as (completed|failed), now
+// ('' : TIME), ttlMs. Returns {'resolved', reason} | {'not_found'} | {'refused', state}.
 const RESOLVE = `
-${NOW}local k = KEYS[1]
+${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
 local now = clock(ARGV[2])
 local r = redis.call('HMGET', k, 'state', 'lease', 'exp', 'reason', 'fp', 'cid')
 local state = r[1]
@@ -214,6 +234,7 @@ if state == 'unknown' then reason = r[4] or 'crash'
 elseif state == 'in_flight' and tonumber(r[2]) <= now then reason = 'crash'
 else return {'refused', state} end
 redis.call('DEL', k)
+settled(ix, k)
 if ARGV[1] == 'completed' then
   redis.call('HSET', k, 'state', 'not_stored', 'fp', r[5], 'cid', r[6], 'lease', '0', 'exp', ms(now + tonumber(ARGV[3])), 'status', '0')
   redis.call('PEXPIRE', k, ARGV[3])
@@ -297,41 +318,66 @@ if want > 0 and redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KE
 return 1
 `
 
+// KEYS[1] = the index of unsettled records, KEYS[2..] = record keys as SCAN found them (one
+// server). Puts each one in flight or unknown into the index, scored by its expiry: read and
+// written in one script, so no claim or finish of the same record runs in between. Returns how
+// many it put in. Sent by ./unknowns.ts with EVALSHA (EVAL after NOSCRIPT), as many keys as a step.
+const REINDEX = `
+local n = 0
+for i = 2, #KEYS do
+  local r = redis.call('HMGET', KEYS[i], 'state', 'exp')
+  if (r[1] == 'in_flight' or r[1] == 'unknown') and r[2] then
+    redis.call('ZADD', KEYS[1], r[2], KEYS[i])
+    n = n + 1
+  end
+end
+return n
+`
+
 /**
  * A script: `name` is its ioredis command (defineCommand), `keys` how many of its arguments are
- * keys; `sha` is what EVALSHA names it by when the store sends it itself (EVAL after NOSCRIPT).
+ * keys on a cluster, `indexed` when one server adds the index of unsettled records after them
+ * (KeyNames.recordKeys); `sha` is what EVALSHA names it by when the store sends it itself (EVAL
+ * after NOSCRIPT).
  */
-export interface Script { name: string; lua: string; sha: string; keys: number }
-const script = (name: string, lua: string, keys: number): Script => ({ name, lua, keys, sha: createHash('sha1').update(lua).digest('hex') })
+export interface Script { name: string; lua: string; sha: string; keys: number; indexed?: boolean }
+const script = (name: string, lua: string, keys: number, indexed = false): Script =>
+  ({ name, lua, keys, sha: createHash('sha1').update(lua).digest('hex'), ...(indexed ? { indexed } : {}) })
+
+/** The rebuild of the index of unsettled records (REINDEX above): not an ioredis command, its key count varies. */
+export const REINDEX_SCRIPT = script('fgReindex', REINDEX, 0)
 
 // The write sequence (../sequence.ts), one server only (on a cluster a script reaches one slot):
-// KEYS gets the sequence key last, ARGV the highest sequence the gateway has seen last ('' when
-// none). A store whose sequence is below it answers the error `FGBACK <its sequence>` before the
-// script writes anything; else the script runs on the other keys and arguments, the sequence is
-// advanced, and the answer is {sequence, the script's own answer}.
+// KEYS gets the sequence key and then the index's write count ({…:unsettled}n) last, ARGV the
+// highest sequence the gateway has seen last ('' when none). A store whose sequence is below it
+// answers the error `FGBACK <its sequence>` before the script writes anything; else the script
+// runs on the other keys and arguments, the sequence and the write count are advanced, and the
+// answer is {sequence, the script's own answer}. The sequence minus the count is then the writes
+// of gateways that keep no index of unsettled records (an older version: ./unknowns.ts).
 const sequenced = (lua: string): string => `
-local seqKey, seen = KEYS[#KEYS], ARGV[#ARGV]
+local seqKey, ixWrites, seen = KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
 local cur = tonumber(redis.call('GET', seqKey) or '0')
 if seen ~= '' and cur < tonumber(seen) then return redis.error_reply('FGBACK ' .. cur) end
 local function body(KEYS, ARGV)
 ${lua}
 end
 local keys, argv = {}, {}
-for i = 1, #KEYS - 1 do keys[i] = KEYS[i] end
+for i = 1, #KEYS - 2 do keys[i] = KEYS[i] end
 for i = 1, #ARGV - 1 do argv[i] = ARGV[i] end
 local r = body(keys, argv)
+redis.call('INCR', ixWrites)
 return {redis.call('INCR', seqKey), r}
 `
 
 /** Every script of the store, by its command name. */
 export const SCRIPTS = {
   fgFence: script('fgFence', FENCE, 2),
-  fgClaim: script('fgClaim', CLAIM, 1),
-  fgAdmit: script('fgAdmit', ADMIT, 3),
-  fgFinish: script('fgFinish', FINISH, 1),
-  fgRelease: script('fgRelease', RELEASE, 1),
+  fgClaim: script('fgClaim', CLAIM, 1, true),
+  fgAdmit: script('fgAdmit', ADMIT, 4),
+  fgFinish: script('fgFinish', FINISH, 1, true),
+  fgRelease: script('fgRelease', RELEASE, 1, true),
   fgRenew: script('fgRenew', RENEW, 1),
-  fgResolve: script('fgResolve', RESOLVE, 1),
+  fgResolve: script('fgResolve', RESOLVE, 1, true),
   fgAudit: script('fgAudit', AUDIT, 1),
   fgRegister: script('fgRegister', REGISTER, 2),
   fgOlder: script('fgOlder', OLDER, 1),
@@ -341,9 +387,13 @@ export const SCRIPTS = {
 /** Scripts that write nothing the guarantees rest on: no write sequence around them. */
 const UNSEQUENCED = new Set(['fgAudit', 'fgOlder'])
 
-/** The scripts of one server: each of SCRIPTS but the attempt log's and the reads, under the same name, with the write sequence around it (`sequenced`). */
+/**
+ * The scripts of one server: each of SCRIPTS but the attempt log's and the reads, under the same
+ * name, with the write sequence around it (`sequenced`); the record scripts also take the index
+ * of unsettled records.
+ */
 export const SEQUENCED: typeof SCRIPTS = Object.fromEntries(Object.entries(SCRIPTS).map(([name, s]) =>
-  [name, UNSEQUENCED.has(name) ? s : script(s.name, sequenced(s.lua), s.keys + 1)])) as unknown as typeof SCRIPTS
+  [name, UNSEQUENCED.has(name) ? s : script(s.name, sequenced(s.lua), s.keys + (s.indexed ? 1 : 0) + 2)])) as unknown as typeof SCRIPTS
 
 /** A sequenced script's answer: the store's sequence after it, and the script's own answer. */
 export type SequencedReply<T> = [number | string | Buffer, T]
