@@ -9,8 +9,9 @@
  * record into that unknown outcome; the store's release by the same claim id undoes it as long as
  * nobody took the record over or settled it (`ReleaseResult.lapsed`, logged here by route and key
  * hash). One loop for all of them, not a timer each: while the store fails, the first waiting
- * give-back is tried again after a pause doubling from 50 ms to 5 s; once it answers, the rest
- * follow, 32 at a time. Timers are unref'd; `close()` tries once more and drops (and logs) what
+ * give-back is tried again after a pause doubling from 50 ms to 5 s, and a failed one goes to the
+ * back (one failing for its own key holds none behind it); once one is taken, the rest follow,
+ * 32 at a time. Timers are unref'd; `close()` tries once more and drops (and logs) what
  * is left.
  */
 import type { Logger } from '../log.js'
@@ -77,15 +78,16 @@ export class GiveBacks {
     this.#draining = this.#drain().catch(() => {})
   }
 
-  /** Stops trying: one last try (each bounded by the release given), then the rest is dropped and logged. */
+  /** Stops trying: one last try of each (bounded by the release given), then the rest is dropped and logged. */
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
     clearTimeout(this.#timer)
     this.#timer = undefined
     await this.#draining
-    // one last try: the oldest alone when the store was failing, then the rest while it answers
-    while (this.#waiting.size && await this.#round(performance.now())) this.#failing = false
+    // one last try of each, AT_ONCE at a time: a failed one goes to the back, so no round repeats one
+    this.#failing = false
+    for (let tries = this.#waiting.size; tries > 0 && this.#waiting.size; tries -= AT_ONCE) await this.#round(performance.now())
     const left = [...this.#waiting.values()]
     this.#waiting.clear()
     if (left.length) {
@@ -128,7 +130,14 @@ export class GiveBacks {
     const settled = await Promise.allSettled(round.map((w) => this.release(w.key, w.claimId)))
     let ok = true
     settled.forEach((s, i) => {
-      if (s.status === 'rejected') { ok = false; return }
+      if (s.status === 'rejected') {
+        // to the back: one give-back failing for its own key (a cluster master down) must not
+        // hold the others behind it, tried alone while the store seems to fail
+        ok = false
+        this.#waiting.delete(round[i].claimId)
+        this.#waiting.set(round[i].claimId, round[i])
+        return
+      }
       this.#waiting.delete(round[i].claimId)
       if (s.value.kind !== 'not_held' && s.value.lapsed) {
         this.#say('warn', s.value.kind === 'restored'

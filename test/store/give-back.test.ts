@@ -79,14 +79,18 @@ describe('guardStore gives back a claim never used until the store takes it', ()
     expect(gaveUp[0][1]).toMatchObject({ route: key().route, keyHash: keyHashOf(key().scope, key().key) })
   })
 
-  test('while the store fails only the oldest is tried, not every waiting claim; once it answers every one is given back', async () => {
+  test('while the store fails one waiting claim is tried at a time, not every one, each in turn; once it answers every one is given back', async () => {
     const inner = new Scripted()
     const store = guard(inner)
     inner.releaseFails = Infinity
     for (let i = 0; i < 100; i++) await lostClaim(store, inner, `c${i}`, {}, `k${i}`)
     inner.calls.length = 0
     await vi.advanceTimersByTimeAsync(20_000)
-    expect(new Set(inner.calls.map((c) => c[2]))).toEqual(new Set(['c0']))
+    // pauses 50 ms doubling to 5 s: about ten tries in 20 s, each of another claim (a failed one goes to the back)
+    const tried = inner.calls.map((c) => c[2])
+    expect(tried.length).toBeGreaterThan(5)
+    expect(tried.length).toBeLessThan(15)
+    expect(new Set(tried).size).toBe(tried.length)
     inner.releaseFails = 0
     await vi.advanceTimersByTimeAsync(5_000)
     expect(new Set(inner.calls.map((c) => c[2])).size).toBe(100)
@@ -115,6 +119,24 @@ describe('guardStore gives back a claim never used until the store takes it', ()
     expect(s.error).toBeInstanceOf(StoreError)
     await vi.advanceTimersByTimeAsync(10_000)
     expect(inner.calls).toEqual([])
+  })
+
+  test('a give-back that fails for its own key (its server down) holds none behind it: the others are given back', async () => {
+    const inner = new Scripted()
+    const store = guard(inner)
+    inner.releaseFails = Infinity
+    await lostClaim(store, inner, 'c-down', {}, 'k-down')
+    await lostClaim(store, inner, 'c-ok', {}, 'k-ok')
+    inner.releaseFails = 0
+    inner.failRelease = (id) => id === 'c-down'
+    inner.calls.length = 0
+    await vi.advanceTimersByTimeAsync(30_000)
+    const okTries = inner.calls.filter((c) => c[2] === 'c-ok').length
+    expect(okTries).toBe(1)
+    // the failing one is still tried, alone and paused, not given up
+    const downTries = inner.calls.filter((c) => c[2] === 'c-down').length
+    expect(downTries).toBeGreaterThan(1)
+    expect(downTries).toBeLessThan(15)
   })
 
   test('close: one last try, then no more; what is left is logged, and the store is closed', async () => {

@@ -33,6 +33,8 @@ export class Scripted implements Store {
   readonly held: Held[] = []
   readonly calls: [string, ...unknown[]][] = []
   releaseFails = 0
+  /** a release of these claims always fails (its key's server is down), whatever `releaseFails` says */
+  failRelease?: (claimId: string) => boolean
   released: ReleaseResult = { kind: 'released' }
   closed = false
   constructor(inProcess?: boolean) {
@@ -46,6 +48,7 @@ export class Scripted implements Store {
   register(): Promise<Registration> { return this.#later('register') }
   async release(k: RecordKey, claimId: string): Promise<ReleaseResult> {
     this.calls.push(['release', k, claimId])
+    if (this.failRelease?.(claimId)) throw new Error('CLUSTERDOWN the slot is not served')
     if (this.releaseFails > 0) { this.releaseFails--; throw new Error('connect ECONNREFUSED') }
     return this.released
   }

@@ -71,8 +71,17 @@ export async function acceptLoss(r: Conn, keys: KeyNames, cluster: boolean): Pro
  * whoever sees the new epoch finds the note.
  */
 export async function retireEpoch(r: Conn, keys: KeyNames, note: LossNote): Promise<void> {
-  await r.set(keys.lossNote, encodeNote(note))
-  await r.set(keys.epoch, randomUUID())
+  if (r.isCluster) {
+    // two slots: no transaction spans them; the note first, so the epoch never changes without it
+    await r.set(keys.lossNote, encodeNote(note))
+    await r.set(keys.epoch, randomUUID())
+    return
+  }
+  // one server: both or neither, so a gateway killed in between cannot leave a note that every
+  // other gateway ignores (their epoch still the accepted one)
+  const replies = await r.multi().set(keys.lossNote, encodeNote(note)).set(keys.epoch, randomUUID()).exec()
+  const failed = replies?.find(([e]) => e)?.[0]
+  if (replies === null || failed) throw failed ?? new Error('the loss note\'s transaction was discarded')
 }
 
 /** The loss note alone, for `fencegate doctor` on a connection of its own. */
