@@ -7,6 +7,8 @@
 // that outcome again (409 outcome-unknown, not forwarded). See lost-reply.test.ts for replies lost
 // within the lease.
 import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
 import { startTestGateway, type RouteSpec, type StoreInput, type TestGateway } from '../helpers/gateway.js'
@@ -23,11 +25,21 @@ const stores = [
     kind: 'redis', target: new URL(REDIS_URL), direct: REDIS_URL, drop: () => dropRedisPrefix(`fglease-${run}`),
     store: (url: string): StoreInput => ({ kind: 'redis', url, keyPrefix: `fglease-${run}`, timeout: '500ms' }),
     via: (port: number) => `redis://127.0.0.1:${port}`,
+    /** whether the store holds a record of `key` on route pay (read directly, not through A) */
+    holds: async (key: string) => {
+      const r = new Redis(REDIS_URL, { lazyConnect: true })
+      try { await r.connect(); return (await r.exists(`{fg:fglease-${run}:r:pay::${key}}`)) === 1 } finally { r.disconnect() }
+    },
   },
   {
     kind: 'postgres', target: new URL(PG_URL), direct: PG_URL, drop: () => dropPostgresSchema(`fglease_${run}`),
     store: (url: string): StoreInput => ({ kind: 'postgres', url, schema: `fglease_${run}`, pool: 4, timeout: '500ms' }),
     via: (port: number) => { const u = new URL(PG_URL); u.host = `127.0.0.1:${port}`; return u.toString() },
+    holds: async (key: string) => {
+      const c = new pg.Client({ connectionString: PG_URL })
+      await c.connect()
+      try { return (await c.query(`SELECT 1 FROM fglease_${run}.fg_records_v1 WHERE route = 'pay' AND key = $1`, [key])).rowCount === 1 } finally { await c.end() }
+    },
   },
 ] as const
 
@@ -74,27 +86,40 @@ describe.each(stores)('a lost claim reply and the $kind store out of reach past 
   const quiet = () => a.audit.flush()
 
   /**
-   * A claims `key` on the store, its reply is dropped (503, nothing forwarded), then the store is
-   * out of reach for 2.5 s — well past the 1 s lease — while A tries to give the claim back.
-   * `meanwhile` runs once the lease has ended, before the heal.
+   * A claims a key (`base` and a try number) on the store, its reply is dropped (503, nothing
+   * forwarded), then the store is out of reach for 2.5 s — well past the 1 s lease — while A tries
+   * to give the claim back. `meanwhile` runs once the lease has ended, before the heal. A claim
+   * that never reached the store (queued behind a periodic command of A's whose reply was the one
+   * dropped) is tried again with a new key: the scenario needs the claim made and its reply lost.
+   * @returns the key claimed
    */
-  async function lostThenUnreachable(key: string, meanwhile: () => Promise<void>): Promise<void> {
-    await quiet()
-    proxy.mode = 'drop-replies'
-    expectProblem(await pay(a, key), { status: 503, type: 'store-unavailable' })
-    // the dropped reply's connection goes; every new one is held: no give-back reaches the store
-    proxy.mode = 'blackhole'
-    proxy.reset()
-    await sleep(1_500)
-    await meanwhile()
-    await sleep(1_000)
-    proxy.mode = 'pass'
-    proxy.reset()
+  async function lostThenUnreachable(base: string, meanwhile: (key: string) => Promise<void>): Promise<string> {
+    for (let attempt = 1; ; attempt++) {
+      const key = `${base}-${attempt}`
+      await quiet()
+      proxy.mode = 'drop-replies'
+      expectProblem(await pay(a, key), { status: 503, type: 'store-unavailable' })
+      // the dropped reply's connection goes; every new one is held: no give-back reaches the store
+      proxy.mode = 'blackhole'
+      proxy.reset()
+      if (!(await shared.holds(key))) {
+        expect(attempt, 'the claim never reached the store in 5 tries').toBeLessThan(5)
+        proxy.mode = 'pass'
+        proxy.reset()
+        await sleep(300)
+        continue
+      }
+      await sleep(1_500)
+      await meanwhile(key)
+      await sleep(1_000)
+      proxy.mode = 'pass'
+      proxy.reset()
+      return key
+    }
   }
 
   test('nobody tries the key meanwhile: listed as a crash while out of reach, given back once the store answers; then forwarded, once', async () => {
-    const key = `k-quiet-${run}`
-    await lostThenUnreachable(key, async () => {
+    const key = await lostThenUnreachable(`k-quiet-${run}`, async () => {
       // the claim outlived its lease: until given back, an operator would see an unknown outcome
       expect(await unknown()).toEqual(['crash'])
     })
@@ -106,9 +131,8 @@ describe.each(stores)('a lost claim reply and the $kind store out of reach past 
   })
 
   test('another replica finds it past its lease meanwhile (409 outcome-unknown, crash): the give-back undoes that, logged, and the key is forwarded once', async () => {
-    const key = `k-found-${run}`
-    await lostThenUnreachable(key, async () => {
-      expectProblem(await pay(b, key), { status: 409, type: 'outcome-unknown' })
+    const key = await lostThenUnreachable(`k-found-${run}`, async (claimed) => {
+      expectProblem(await pay(b, claimed), { status: 409, type: 'outcome-unknown' })
     })
     await until(async () => (await unknown()).length === 0, { timeoutMs: 10_000, intervalMs: 100, message: 'the crash undone by the give-back' })
     const said = a.logs.find((l) => l.includes('given back now') && l.includes(keyHashOf('', key)))
