@@ -99,7 +99,14 @@ export class RedisStore implements Store {
       this.#lastError = undefined
       // reconnected (a failover, followed through Sentinel or by a restart): before anything else
       // runs, make sure this is the primary the gateway knew, or one that may lack nothing
-      if (!cluster && this.epoch) this.#verifying ??= this.#checkHistory('reconnect').finally(() => { this.#verifying = undefined })
+      if (!cluster && this.epoch && !this.#verifying) {
+        const verifying = this.#checkHistory('reconnect').finally(() => { this.#verifying = undefined })
+        // a loss found here is heard through the sequence's listeners (../state-loss.ts) and fails
+        // the next call that waits for this check; with no call waiting it must not surface as an
+        // unhandled rejection (which ends a Node process)
+        verifying.catch(() => {})
+        this.#verifying = verifying
+      }
     })
     this.clock = new StoreClock(() => serverTime(this.#redis, cluster), clock === 'caller')
     this.#ops = { redis: this.#redis, keys: this.#keys, writer: this.#writer, replicas, cluster, clock: this.clock }
