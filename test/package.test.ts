@@ -68,7 +68,8 @@ routes:
       required: true
 `)
   expect(await run('npx', ['--no-install', 'fencegate', 'check-config', '--config', 'fencegate.yaml'], app)).toContain('ok (1 route)')
-  const gw = spawn('npx', ['--no-install', 'fencegate', '--config', 'fencegate.yaml', '--with-sample', 'node_modules/fencegate/dist/examples/payments/server.js'], { cwd: app, stdio: ['ignore', 'pipe', 'pipe'] })
+  // its own process group: npx does not pass SIGTERM on to the gateway it starts, the group does
+  const gw = spawn('npx', ['--no-install', 'fencegate', '--config', 'fencegate.yaml', '--with-sample', 'node_modules/fencegate/dist/examples/payments/server.js'], { cwd: app, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
   let out = ''
   gw.stdout.on('data', (d) => { out += d })
   gw.stderr.on('data', (d) => { out += d })
@@ -84,7 +85,10 @@ routes:
     const stale = await post(`http://127.0.0.1:${port}/accounts/acct-1/charges`, { amount: 5, currency: 'eur' }, { 'fencing-token': '0', 'idempotency-key': 'k-2' })
     expect(stale.status).toBe(412)
   } finally {
-    gw.kill('SIGTERM')
-    await new Promise((r) => gw.once('exit', r))
+    const exited = new Promise((r) => gw.once('exit', r))
+    try { process.kill(-gw.pid!, 'SIGTERM') } catch { /* the group is gone already */ }
+    await exited
+    // the gateway itself (npx's child) is gone too, not left running on the machine
+    await until(() => { try { process.kill(-gw.pid!, 0); return false } catch { return true } }, { timeoutMs: 10_000, intervalMs: 100, message: 'the installed gateway to stop on SIGTERM' })
   }
 }, 60_000)
