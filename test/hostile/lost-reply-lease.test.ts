@@ -61,7 +61,8 @@ describe.each(stores)('a lost claim reply and the $kind store out of reach past 
     proxy = await startTcpProxy({ host: shared.target.hostname, port: Number(shared.target.port) })
     a = await startTestGateway({ store: shared.store(shared.via(proxy.port)), routes: routes(up.url, true) })
     b = await startTestGateway({ store: shared.store(shared.direct), routes: routes(up.url, false) })
-    // A's first count of unknown outcomes (a SCAN of the whole Redis) done: see `quiet`
+    // A's first count of unknown outcomes done (on a store without the unsettled index, a SCAN that
+    // builds it): nothing of it left in flight when a reply is dropped, see `quiet`
     await until(async () => metric(await metrics(a.adminUrl), 'fencegate_store_duration_seconds_count', { store: shared.kind, op: 'unknowns' }) >= 1,
       { message: 'A\'s first count of unknown outcomes' })
   })

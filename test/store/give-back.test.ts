@@ -1,7 +1,8 @@
 // guardStore's give-backs (src/store/give-back.ts): a claim the gateway never used — its reply was
 // lost, or a release went unanswered — is given back by its id until the store takes it, also
 // long past the claim's lease (the store then undoes the unknown outcome that lease made), within
-// the record's ttl; while the store fails only the oldest is tried, after a pause doubling to 5 s.
+// the record's ttl; while the store fails one is tried at a time, each in turn (a failed one goes to
+// the back), after a pause doubling to 5 s.
 // Checked with the Store test double of ./scripted.ts on fake timers (time itself included).
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest'
 import { guardStore } from '../../src/store/index.js'
