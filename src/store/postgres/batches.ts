@@ -14,6 +14,7 @@ import { batcher, type BatchOptions } from '../batch.js'
 import { claimResult, fenceResult, releaseResult, type ClaimFields, type FenceFields } from '../replies.js'
 import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration, ReleaseResult } from '../types.js'
 import { refusedAndRolledBack } from './errors.js'
+import { arrayLiteral } from './arrays.js'
 import type { Named, Queries } from './sql.js'
 import type { SequencedQuery } from './sequence.js'
 
@@ -76,7 +77,7 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
 
   /** Runs a batch function whose rows carry `o_i`, the 1-based index of the call they answer. */
   async function many<R, O>(n: number, query: Named, values: unknown[], map: (row: R) => O): Promise<O[]> {
-    const { rows } = await write<R & { o_i: number }>(query, values)
+    const { rows } = await write<R & { o_i: number }>(query, values.map((v) => (Array.isArray(v) ? arrayLiteral(v) : v)))
     const out = new Array<O>(n)
     for (const r of rows) out[r.o_i - 1] = map(r)
     if (rows.length !== n) throw new Error(`batch of ${n} answered ${rows.length} rows`)
@@ -127,7 +128,7 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
     registration), options)
 
   const unregister = batcher(async (calls: readonly UnregisterCall[]) => {
-    await write(q.unregisterMany, [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.holdMs), calls.map((c) => c.now)])
+    await write(q.unregisterMany, [calls.map((c) => c.resource), calls.map((c) => c.id), calls.map((c) => c.holdMs), calls.map((c) => c.now)].map(arrayLiteral))
     return calls.map(() => undefined)
   }, options)
 
