@@ -20,6 +20,7 @@ import { BodyLimit } from '../body.js'
 import { UpstreamCall } from './upstream-call.js'
 import { requestHeaders, responseHeaders } from './headers.js'
 import { startClientSpan, tracingOn, type ClientTrace } from '../telemetry/tracing.js'
+import { histogramSeries } from '../telemetry/series.js'
 
 // Errors raised before any byte of the request could reach the upstream.
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'])
@@ -205,7 +206,7 @@ export class Upstream {
     const { metrics, route } = this
     if (tracingOn()) return metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, seconds) // with its exemplar
     let h = this.#byCode.get(status)
-    if (h === undefined) this.#byCode.set(status, h = metrics.upstreamDuration.labels(route.name, String(status)))
+    if (h === undefined) this.#byCode.set(status, h = histogramSeries(metrics.upstreamDuration, route.name, String(status)))
     h.observe(seconds)
   }
 }

@@ -14,6 +14,7 @@ import type { Logger } from '../log.js'
 import type { ClaimResult, RecordKey, Store } from '../store/types.js'
 import { LeaseKeeper } from './lease.js'
 import { EffectDurations } from './retry-after.js'
+import { counterSeries } from '../telemetry/series.js'
 
 /** The default of `idempotency.releaseStatuses`: upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
@@ -39,7 +40,7 @@ export class Records {
   /** Counts a result (contract §6 `fencegate_idempotency_total`) and notes it on the request. */
   count(f: RequestFacts, result: IdempotencyResult): void {
     let c = this.#counted.get(result)
-    if (c === undefined) this.#counted.set(result, c = this.#metrics.idempotency.labels(this.route, result))
+    if (c === undefined) this.#counted.set(result, c = counterSeries(this.#metrics.idempotency, this.route, result))
     c.inc()
     f.result = result
   }

@@ -5,6 +5,7 @@
  */
 import type { Config } from '../config/schema.js'
 import type { Metrics } from '../telemetry/metrics.js'
+import { histogramSeries } from '../telemetry/series.js'
 import { tracingOn } from '../telemetry/tracing.js'
 import type { Logger } from '../log.js'
 import { MemoryStore } from './memory.js'
@@ -117,7 +118,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   const traced = tracingOn()
   const duration = (op: string) => {
     let h = durations.get(op)
-    if (h === undefined) durations.set(op, h = metrics.storeDuration.labels(kind, op))
+    if (h === undefined) durations.set(op, h = histogramSeries(metrics.storeDuration, kind, op))
     return h
   }
   const call = async <T>(op: string, fn: () => Promise<T>): Promise<T> => {

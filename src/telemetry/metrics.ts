@@ -22,6 +22,7 @@ import type { Config, RouteConfig } from '../config/schema.js'
 type StoreKind = Config['store']['kind']
 import { PROBLEMS, type ProblemName } from '../problems.js'
 import { traceExemplar, tracingOn } from './tracing.js'
+import { counterSeries, histogramSeries } from './series.js'
 
 // A proxy's latencies: from half a millisecond to the longest upstream timeout worth seeing.
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -233,8 +234,7 @@ export function createMetrics(version: string) {
   }
   /**
    * Counts one request and observes its duration (seconds): the two observations every request
-   * makes, through label children kept per label set, so the request path does not hash labels
-   * twice per request (prom-client hashes them on every call made with a labels object). With
+   * makes, through series kept per label set (./series.ts), so the request path hashes no labels. With
    * tracing on, the duration goes through `observe` so its exemplar is attached.
    */
   const children = new Map<string, { count: { inc(): void }; duration: { observe(v: number): void } }>()
@@ -243,7 +243,7 @@ export function createMetrics(version: string) {
     const k = `${route}\n${method}\n${code}\n${outcome}`
     let ch = children.get(k)
     if (ch === undefined) {
-      ch = { count: m.requests.labels(route, method, code, outcome), duration: m.requestDuration.labels(route, outcome) }
+      ch = { count: counterSeries(m.requests, route, method, code, outcome), duration: histogramSeries(m.requestDuration, route, outcome) }
       children.set(k, ch)
     }
     ch.count.inc()
