@@ -34,6 +34,7 @@ import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type S
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../types.js'
+import { withSince } from '../fences.js'
 import { storeCall } from '../call.js'
 import { resolveResult } from '../replies.js'
 import { StoreClock } from '../clock.js'
@@ -169,11 +170,11 @@ export class PostgresStore implements Store {
   }
 
   #localFence(f: FenceResult): FenceResult {
-    return f.since === undefined ? f : { ...f, since: this.clock.toLocal(f.since) }
+    return f.since === undefined ? f : withSince(f, this.clock.toLocal(f.since))
   }
 
   #localClaim(c: ClaimResult): ClaimResult {
-    return c.kind === 'in_flight' ? { ...c, leaseUntil: this.clock.toLocal(c.leaseUntil) } : c
+    return c.kind === 'in_flight' ? { kind: 'in_flight', leaseUntil: this.clock.toLocal(c.leaseUntil) } : c
   }
 
   fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {

@@ -17,6 +17,7 @@
  */
 import type { StoreClock } from '../clock.js'
 import type { AdmitResult, ClaimRequest, ClaimResult, FenceRequest, FenceResult, RecordKey } from '../types.js'
+import { withSince } from '../fences.js'
 import type { Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 import { ReplicaShortfall, type Writer } from './replicas.js'
@@ -41,12 +42,12 @@ export function nowArg(clock: StoreClock, now: number): string {
 
 /** A claim's answer with its instants on this process's clock. */
 function localClaim(a: Admission, c: ClaimResult): ClaimResult {
-  return c.kind === 'in_flight' ? { ...c, leaseUntil: a.clock.toLocal(c.leaseUntil) } : c
+  return c.kind === 'in_flight' ? { kind: 'in_flight', leaseUntil: a.clock.toLocal(c.leaseUntil) } : c
 }
 
 /** A fence's answer with `since` on this process's clock. */
 function localFence(a: Admission, f: FenceResult): FenceResult {
-  return f.since === undefined ? f : { ...f, since: a.clock.toLocal(f.since) }
+  return f.since === undefined ? f : withSince(f, a.clock.toLocal(f.since))
 }
 
 /** FENCE, waited for when it accepted. */
