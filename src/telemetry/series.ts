@@ -9,7 +9,7 @@
  *
  * Relies on prom-client 15's stored values (`hashMap` entries: a counter's `value`, a
  * histogram's `sum`, `count` and `bucketValues` by upper bound). Where they are not found (another
- * version), a series falls back to prom-client's child; test/unit/series.test.ts holds both
+ * version, or a metric that is not prom-client's), a series falls back to its `labels()` child; test/unit/series.test.ts holds both
  * to the same exposition. `remove(labels)` of a series' label set is not followed (nothing here
  * removes series).
  */
@@ -43,6 +43,7 @@ const labelsOf = (names: readonly string[], values: readonly string[]): Record<s
  */
 export function histogramSeries<T extends string>(h: Histogram<T>, ...values: string[]): { observe(seconds: number): void } {
   const m = h as unknown as Internals<HistogramStored>
+  if (!Array.isArray(m.labelNames)) return h.labels(...(values as never[]))
   const labels = labelsOf(m.labelNames, values)
   const bounds = m.upperBounds
   const resolve = () => bounds ? stored(m, labels, (s) => typeof s.sum === 'number' && typeof s.bucketValues === 'object', () => h.zero(labels as never)) : undefined
@@ -68,6 +69,7 @@ export function histogramSeries<T extends string>(h: Histogram<T>, ...values: st
  */
 export function counterSeries<T extends string>(c: Counter<T>, ...values: string[]): { inc(): void } {
   const m = c as unknown as Internals<CounterStored>
+  if (!Array.isArray(m.labelNames)) return c.labels(...(values as never[]))
   const labels = labelsOf(m.labelNames, values)
   const resolve = () => stored(m, labels, (s) => typeof s.value === 'number', () => c.inc(labels as never, 0))
   let map = m.hashMap
