@@ -51,12 +51,14 @@ export function histogramSeries<T extends string>(h: Histogram<T>, ...values: st
   const found = resolve()
   if (found === undefined || !bounds) return h.labels(...(values as never[]))
   let s = found
+  // the buckets' property names, made once: a number as a key is turned into its string on every access
+  const names = bounds.map(String)
   return {
     observe(v: number): void {
       if (!Number.isFinite(v)) throw new TypeError(`Value is not a valid number: ${v}`)
       // reset() replaces the stored values: find (or make) ours again
       if (m.hashMap !== map) { map = m.hashMap; s = resolve()! }
-      for (let i = 0; i < bounds.length; i++) if (v <= bounds[i]) { s.bucketValues[bounds[i]] += 1; break }
+      for (let i = 0; i < bounds.length; i++) if (v <= bounds[i]) { (s.bucketValues as unknown as Record<string, number>)[names[i]] += 1; break }
       s.sum += v
       s.count += 1
     },
