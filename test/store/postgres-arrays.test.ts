@@ -17,5 +17,5 @@ test('bigint, boolean and bytea elements, with NULLs', async () => {
   expect(await readBack('bigint[]', ['9007199254740993', 7, null])).toEqual(['9007199254740993', '7', null])
   expect(await readBack('boolean[]', [true, false, null])).toEqual([true, false, null])
   const body = Buffer.from([0, 1, 0x22, 0x5c, 0xff])
-  expect(await readBack('bytea[]', [body, null, Buffer.alloc(0)])).toEqual([body, null, Buffer.alloc(0)])
+  expect(await readBack('bytea[]', [body, null, Buffer.alloc(0), new Uint8Array([7, 8])])).toEqual([body, null, Buffer.alloc(0), Buffer.from([7, 8])])
 })

@@ -10,7 +10,7 @@ const SPECIAL = /["\\]/
 const escape = (s: string): string => (SPECIAL.test(s) ? s.replace(/["\\]/g, '\\$&') : s)
 
 /**
- * One column as an array literal: `null`/`undefined` → NULL, a Buffer → a bytea in hex, a
+ * One column as an array literal: `null`/`undefined` → NULL, a Buffer (any byte view) → a bytea in hex, a
  * boolean → true/false, anything else by `String()` in double quotes.
  * @example arrayLiteral(['a"b', null, 7]) // '{"a\\"b",NULL,"7"}'
  */
@@ -20,7 +20,7 @@ export function arrayLiteral(values: readonly unknown[]): string {
     if (i > 0) s += ','
     const v = values[i]
     if (v === null || v === undefined) s += 'NULL'
-    else if (Buffer.isBuffer(v)) s += `"\\\\x${v.toString('hex')}"`
+    else if (ArrayBuffer.isView(v)) s += `"\\\\x${Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('hex')}"`
     else s += `"${escape(String(v))}"`
   }
   return `${s}}`
