@@ -39,3 +39,17 @@ export interface RequestFacts {
   /** a stale write: ms since the token that superseded it was first accepted (`supersededForMs`) */
   lateMs?: number
 }
+
+/**
+ * A request's facts with every field present from the start (undefined until set): one hidden
+ * class for the whole request path, so the many places that read and fill it stay monomorphic
+ * instead of seeing a new shape after each field added.
+ */
+export function newFacts(requestId: string, method: string): RequestFacts {
+  return {
+    requestId, method, route: undefined, pattern: undefined, outcome: undefined, code: undefined,
+    resource: undefined, token: undefined, highest: undefined, overtaken: undefined, keyHash: undefined,
+    fingerprint: undefined, result: undefined, unknown: undefined, abandoned: undefined, duplicate: undefined,
+    upstreamStatus: undefined, upstreamMs: undefined, lateMs: undefined,
+  }
+}

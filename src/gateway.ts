@@ -10,7 +10,7 @@ import { context as otelContext } from '@opentelemetry/api'
 import type { Pool } from 'undici'
 import type { Config } from './config/schema.js'
 import type { GatewayEnv } from './context.js'
-import type { RequestFacts } from './facts.js'
+import { newFacts, type RequestFacts } from './facts.js'
 import { compileRoute } from './route.js'
 import { Problem, stateLost, storeUnavailable } from './problems.js'
 import { dotSegmentPath, gatewayError, saneRequestId } from './front-door.js'
@@ -45,7 +45,7 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
   return async function observe(c, next) {
     const started = performance.now()
     const incoming = c.env.incoming
-    const f: RequestFacts = { requestId: saneRequestId(incoming.headers[idHeader]) ?? newId(), method: incoming.method ?? 'GET' }
+    const f = newFacts(saneRequestId(incoming.headers[idHeader]) ?? newId(), incoming.method ?? 'GET')
     c.set('facts', f)
     const span = startServerSpan(incoming)
     // a path with a dot segment is refused before routing (400 bad-path), counted like any request
