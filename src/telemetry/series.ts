@@ -8,17 +8,18 @@
  * exemplar is attached there), see ./metrics.ts.
  *
  * Relies on prom-client 15's stored values (`hashMap` entries: a counter's `value`, a
- * histogram's `sum`, `count` and `bucketValues` by upper bound). Where they are not found (another
- * version, or a metric that is not prom-client's), a series falls back to its `labels()` child; test/unit/series.test.ts holds both
- * to the same exposition. `remove(labels)` of a series' label set is not followed (nothing here
- * removes series).
+ * histogram's `sum`, `count` and `bucketValues` by upper bound). Where they are not found
+ * (another version, or a metric that is not prom-client's), a series falls back to its
+ * `labels()` child; test/unit/series.test.ts holds both to the same exposition. `remove(labels)`
+ * of a series' label set, or a `zero(labels)` of one that exists, would detach it: nothing here
+ * calls either (metrics.ts zeroes a label set only when it is missing).
  */
 import type { Counter, Histogram } from 'prom-client'
 
 interface Stored { labels: Record<string, string | number> }
 interface CounterStored extends Stored { value: number }
-interface HistogramStored extends Stored { sum: number; count: number; bucketValues: Record<number, number> }
-interface Internals<S> { hashMap: Record<string, S>; labelNames: string[]; upperBounds?: readonly number[]; zero?(labels: Record<string, string>): void }
+interface HistogramStored extends Stored { sum: number; count: number; bucketValues: Record<string, number> }
+interface Internals<S> { hashMap: Record<string, S>; labelNames: string[]; upperBounds?: readonly number[] }
 
 /** The stored value of `labels` in `m`, made at 0 when missing; undefined when `m` keeps none where expected. */
 function stored<S extends Stored>(m: Internals<S>, labels: Record<string, string>, valid: (s: S) => boolean, make: () => void): S | undefined {
@@ -58,7 +59,7 @@ export function histogramSeries<T extends string>(h: Histogram<T>, ...values: st
       if (!Number.isFinite(v)) throw new TypeError(`Value is not a valid number: ${v}`)
       // reset() replaces the stored values: find (or make) ours again
       if (m.hashMap !== map) { map = m.hashMap; s = resolve()! }
-      for (let i = 0; i < bounds.length; i++) if (v <= bounds[i]) { (s.bucketValues as unknown as Record<string, number>)[names[i]] += 1; break }
+      for (let i = 0; i < bounds.length; i++) if (v <= bounds[i]) { s.bucketValues[names[i]] += 1; break }
       s.sum += v
       s.count += 1
     },
