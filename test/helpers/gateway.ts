@@ -41,11 +41,23 @@ export interface TestGateway extends Running {
 
 export const tempDir = (prefix = 'fg-test-') => mkdtempSync(join(tmpdir(), prefix))
 
-export const freePort = () => new Promise<number>((ok, fail) => {
+const anyPort = () => new Promise<number>((ok, fail) => {
   const s = net.createServer()
   s.on('error', fail)
   s.listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => ok(p)) })
 })
+
+// ports this test file was given: the kernel can hand the same free port out twice in a row,
+// and `freePort(), freePort()` for a proxy and its admin listener must not get one port
+const given = new Set<number>()
+
+/** A port nothing listens on now, never one this test file was given before. */
+export async function freePort(): Promise<number> {
+  for (let i = 0; ; i++) {
+    const p = await anyPort()
+    if (!given.has(p) || i >= 50) { given.add(p); return p }
+  }
+}
 
 /**
  * An http URL where nothing listens: connecting is refused. On 127.0.0.3, not 127.0.0.1: a port
