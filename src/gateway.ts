@@ -66,21 +66,18 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
     else record()
     // only a route with checks (or attemptLog: true) writes to the store: a plain route's request has no claim to audit
     const audited = audit !== undefined && c.get('route')?.audited === true
-    // most requests of a plain route are neither audited nor a decision: no entry is built for them
-    if (!audited && (access === 'off' || (access === 'decisions' && !mayDecide(f)))) return
+    const logged = access === 'all' || (access === 'decisions' && isDecision(f))
+    // most requests of a plain route are neither audited nor logged: no entry is built for them
+    if (!audited && !logged) return
     const entry = attemptEntry(f, code, ms, span?.traceId)
     if (audited) audit.push(entry)
-    if (access === 'all' || (access === 'decisions' && isDecision(entry))) log.access(accessFields(entry, incoming, publicUrl))
+    if (logged) log.access(accessFields(entry, incoming, publicUrl))
   }
 }
 
-/** False when the request's facts already show its entry is no decision (a plain forward). */
-const mayDecide = (f: RequestFacts): boolean =>
-  (f.outcome !== undefined && f.outcome !== 'forwarded') || f.unknown !== undefined || !!f.duplicate || !!f.overtaken || !!f.abandoned
-
 /** `log.access: decisions`: a request refused, replayed, or not completed, or a possible duplicate effect. */
-const isDecision = (e: AuditEntry): boolean =>
-  e.outcome !== 'forwarded' || e.unknown !== undefined || !!e.duplicate || !!e.overtaken || !!e.abandoned
+const isDecision = (f: RequestFacts): boolean =>
+  (f.outcome ?? 'forwarded') !== 'forwarded' || !!f.unknown || !!f.duplicate || !!f.overtaken || !!f.abandoned
 
 /**
  * The access log line of a request: its attempt entry's facts, the path without its query, the

@@ -1,8 +1,8 @@
 /**
  * A batch's columns as PostgreSQL array literals (text input of `text[]`, `bigint[]`,
- * `boolean[]`, `bytea[]`; PostgreSQL docs §8.15.6), built once here instead of by pg's generic
- * array conversion, which runs two regular-expression replaces per element: about a fifth of a
- * claim's client-side time on the PostgreSQL store (profiled under load).
+ * `boolean[]`, `bytea[]`; PostgreSQL docs §8.15.6), built in one pass here instead of by pg's
+ * generic array conversion, which runs two regular-expression replaces per element (a call's
+ * 11 columns: 0.4 µs here, 1.2 µs by pg, in a loop).
  */
 
 // an element needs its quotes and backslashes escaped only when it holds one (rare: keys, ids)
@@ -10,8 +10,8 @@ const SPECIAL = /["\\]/
 const escape = (s: string): string => (SPECIAL.test(s) ? s.replace(/["\\]/g, '\\$&') : s)
 
 /**
- * One column as an array literal: `null`/`undefined` → NULL, a Buffer (any byte view) → a bytea in hex, a
- * boolean → true/false, anything else by `String()` in double quotes.
+ * One column as an array literal: `null`/`undefined` → NULL, a Buffer (any byte view) → a
+ * bytea in hex, a boolean → true/false, anything else by `String()` in double quotes.
  * @example arrayLiteral(['a"b', null, 7]) // '{"a\\"b",NULL,"7"}'
  */
 export function arrayLiteral(values: readonly unknown[]): string {
