@@ -71,17 +71,22 @@ export function requestHeaders(incoming: IncomingMessage, upstreamHost: string, 
 }
 
 /**
- * The upstream's end-to-end response header lines, as [name, value] pairs with lower-case
- * names; several Set-Cookie lines stay several.
+ * The upstream's end-to-end response header lines, as [name, value] pairs in the order they
+ * came; several lines of one field (Set-Cookie) stay several.
+ * @param lines [name, value, ...] with lower-case names (./upstream-call.ts `lines`)
  */
-export function responseHeaders(headers: Record<string, string | string[] | undefined>): [string, string][] {
-  const named = connectionNamed(headers.connection)
+export function responseHeaders(lines: readonly string[]): [string, string][] {
+  let named: Set<string> | undefined
+  for (let i = 0; i < lines.length; i += 2) {
+    if (lines[i] !== 'connection') continue
+    const one = connectionNamed(lines[i + 1])
+    if (one) for (const n of one) (named ??= new Set()).add(n)
+  }
   const out: [string, string][] = []
-  for (const name in headers) {
-    const v = headers[name]
-    if (v === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue
-    if (Array.isArray(v)) for (const one of v) out.push([name, one])
-    else out.push([name, v])
+  for (let i = 0; i < lines.length; i += 2) {
+    const name = lines[i]
+    if (HOP_BY_HOP.has(name) || named?.has(name)) continue
+    out.push([name, lines[i + 1]])
   }
   return out
 }

@@ -131,7 +131,7 @@ export class Upstream {
     this.#observe(call.status, upstreamMs / 1000)
     f.upstreamStatus = call.status
     f.outcome = 'forwarded'
-    const answer: Answer = { kind: 'answer', status: call.status, headers: responseHeaders(call.headers as Record<string, string | string[] | undefined>), body: undefined, upstreamMs, call, span, onClose }
+    const answer: Answer = { kind: 'answer', status: call.status, headers: responseHeaders(call.lines), body: undefined, upstreamMs, call, span, onClose }
     if (!call.captured) return answer
     try {
       if (!(await call.body())) answer.body = call.chunks.length === 1 ? call.chunks[0] : Buffer.concat(call.chunks, call.size)

@@ -3,7 +3,13 @@
  * stream, no interceptor, no signal listeners. The first `limit` bytes of the answer land in an
  * array (the idempotency record keeps them; 0 streams from the first chunk); past that the rest
  * is written straight to the client, pausing the upstream only while the client's socket is full.
- * The request counts as sent from undici's onRequestStart, when it starts writing it.
+ * The request counts as sent from undici's onConnect, when it starts writing it.
+ *
+ * The handler speaks the interface undici's core calls (onConnect, onHeaders with the raw header
+ * lines, onData returning false to pause), marked deprecated in its types in favour of the
+ * controller API; a controller handler is wrapped per request in undici's UnwrapHandler, which
+ * also parses the headers into an object before we see them — both measured on every request
+ * (./docs/performance.md). The wrapper is the whole of the difference, so moving back is local.
  *
  * Timeouts are this handler's own, on Node's millisecond timers: undici's `headersTimeout` and
  * `bodyTimeout` run on its shared coarse clock (~0.5 s resolution), which fired a 600 ms timeout
@@ -12,7 +18,6 @@
  * included, so the client's wait is bounded), then `timeoutMs` of silence between body chunks
  * (not counted while the client's socket is full and the upstream is paused for it).
  */
-import type { IncomingHttpHeaders } from 'undici/types/header.js'
 import { errors as undiciErrors, type Dispatcher } from 'undici'
 import type { ServerResponse } from 'node:http'
 
@@ -43,7 +48,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** the client left: abort the exchange (a queued request is then never written) */
   aborted = false
   status = 0
-  headers: IncomingHttpHeaders = {}
+  /** the response's header lines as they came, [name, value, ...], names lower-cased */
+  lines: string[] = []
   readonly chunks: Buffer[] = []
   size = 0
   /** more than `limit` bytes came: the captured chunks are a prefix, the rest is streamed */
@@ -57,7 +63,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** the headers or body timeout fired (the exchange was aborted for it) */
   timedOut = false
 
-  #controller?: Dispatcher.DispatchController
+  /** undici's abort for this request; set once it is dispatched on a connection */
+  #abortCall?: (err: Error) => void
+  /** undici's resume after onData returned false */
+  #resume?: () => void
   #start?: Waiter<void>
   #body?: Waiter<boolean>
   #stream?: { out: ServerResponse; fail(e: Error): void }
@@ -94,11 +103,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.#paused) return // the client is slow, not the upstream: re-armed on resume
     this.timedOut = true
     const err = this.#start ? new HeadersTimeout(this.timeoutMs) : new BodyTimeout(this.timeoutMs)
-    // rejected here, not left to undici's onResponseError: a request still queued (never
-    // written) gets no handler callback when aborted before onRequestStart
-    this.onResponseError(this.#controller, err)
+    // rejected here, not left to undici's onError: a request still queued (never
+    // written) gets no handler callback when aborted before onConnect
+    this.onError(err)
     this.aborted = true
-    this.#controller?.abort(err)
+    this.#abortCall?.(err)
   }
 
   #stopTimer(): void {
@@ -125,7 +134,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
         if (!this.#paused) return
         this.#paused = false
         this.#timer?.refresh()
-        this.#controller?.resume()
+        this.#resume?.()
       }
       const finish = () => { cleanup(); resolve() }
       const close = () => {
@@ -147,28 +156,37 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.aborted) return
     this.aborted = true
     this.#stopTimer()
-    if (this.#controller) { this.#controller.abort(new Error(CLIENT_LEFT)); return }
+    if (this.#abortCall) { this.#abortCall(new Error(CLIENT_LEFT)); return }
     // still queued for a connection: undici calls nothing of ours until it dequeues the request
-    // (onRequestStart then aborts it unsent), so the caller must not wait for that
-    this.onResponseError(undefined, new Error(CLIENT_LEFT))
+    // (onConnect then aborts it unsent), so the caller must not wait for that
+    this.onError(new Error(CLIENT_LEFT))
   }
 
   // ---------------------------------------------------------------------- undici's handler
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller
+  onConnect(abort: (err?: Error) => void): void {
+    this.#abortCall = abort
     // a client that left while the request was queued: abort it here, before a byte is written
-    if (this.aborted) { controller.abort(this.timedOut ? new HeadersTimeout(this.timeoutMs) : new Error(CLIENT_LEFT)); return }
+    if (this.aborted) { abort(this.timedOut ? new HeadersTimeout(this.timeoutMs) : new Error(CLIENT_LEFT)); return }
     this.sent = true
     this.onSent()
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
-    if (status < 200) return // 1xx: informational, the final response follows
+  /** @returns false to pause the upstream (never here: see onData) */
+  onHeaders(status: number, raw: Buffer[], resume: () => void): boolean {
+    if (status < 200) return true // 1xx: informational, the final response follows
     this.status = status
-    this.headers = headers
-    const length = headers['content-length']
-    const chunked = /chunked/i.test(String(headers['transfer-encoding'] ?? ''))
+    this.#resume = resume
+    const lines: string[] = new Array(raw.length)
+    let length: string | undefined
+    let chunked = false
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = lines[i] = raw[i].toString('latin1').toLowerCase()
+      const value = lines[i + 1] = raw[i + 1].toString('latin1')
+      if (name === 'content-length') length = value
+      else if (name === 'transfer-encoding' && /chunked/i.test(value)) chunked = true
+    }
+    this.lines = lines
     this.#remaining = chunked ? undefined : length !== undefined ? Number(length) : -1
     if (this.limit === 0 && this.#remaining !== undefined && this.#remaining >= 0 && this.#remaining <= SMALL_ANSWER) {
       this.limit = this.#remaining
@@ -178,15 +196,17 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const w = this.#start
     this.#start = undefined
     w?.resolve()
+    return true
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  /** @returns false to pause the upstream while the client's socket is full */
+  onData(chunk: Buffer): boolean {
     if (this.#remaining !== undefined && this.#remaining > 0) this.#remaining -= chunk.length
     this.#timer?.refresh()
     const s = this.#stream
     if (s) {
-      if (!s.out.write(chunk) && this.#mayPause()) { this.#paused = true; controller.pause() }
-      return
+      if (!s.out.write(chunk) && this.#mayPause()) { this.#paused = true; return false }
+      return true
     }
     // Kept until streamRest() takes over (the caller attaches it without waiting on anything
     // else). Never paused here: undici 7 crashes the process when the upstream closes the
@@ -199,6 +219,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       this.#body = undefined
       w?.resolve(true)
     }
+    return true
   }
 
   /**
@@ -211,7 +232,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     return this.#remaining === undefined || this.#remaining > 0
   }
 
-  onResponseEnd(): void {
+  onComplete(): void {
     this.#stopTimer()
     this.#ended = true
     const s = this.#stream
@@ -221,7 +242,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     w?.resolve(this.overflow)
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
+  onError(err: Error): void {
     this.#stopTimer()
     if (this.#error) return // already failed (our timeout), undici reports the abort after
     this.#error = err

@@ -106,9 +106,9 @@ describe('header rules (RFC 9110 §7.6)', () => {
       ['via', '1.1 fencegate'],
     ])
   })
-  test('responses: hop-by-hop and Connection-named fields go, Set-Cookie lines stay several', () => {
-    const pairs = responseHeaders({ connection: 'x-internal', 'x-internal': '1', 'set-cookie': ['a=1', 'b=2'], 'content-type': 'text/plain', 'transfer-encoding': 'chunked' })
-    expect(pairs).toEqual([['set-cookie', 'a=1'], ['set-cookie', 'b=2'], ['content-type', 'text/plain']])
+  test('responses: hop-by-hop and Connection-named fields go (every Connection line counts), the rest stay in order, Set-Cookie lines several', () => {
+    const pairs = responseHeaders(['set-cookie', 'a=1', 'connection', 'x-internal', 'x-internal', '1', 'content-type', 'text/plain', 'connection', 'keep-alive, X-Other', 'x-other', '2', 'set-cookie', 'b=2', 'transfer-encoding', 'chunked'])
+    expect(pairs).toEqual([['set-cookie', 'a=1'], ['content-type', 'text/plain'], ['set-cookie', 'b=2']])
     expect(flat(pairs, ['via', 'v'], 'content-type')).toEqual(['set-cookie', 'a=1', 'set-cookie', 'b=2', 'via', 'v'])
   })
   test('Connection values name fields; keep-alive and close name none', () => {
