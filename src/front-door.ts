@@ -8,8 +8,8 @@
  *   with Transfer-Encoding, bad bytes, unknown methods, oversized heads, timeouts;
  * - what the upstream could read otherwise than the gateway (`screened`): an HTTP version other
  *   than 1.0 and 1.1, a "#fragment" in the request target;
- * - what @hono/node-server cannot make a Request of (`unusableRequest`): a target such as "*",
- *   a bad Host header, a raw backslash in the path;
+ * - a request target or Host that makes no URL to route on (`routingUrl`): a target such as
+ *   "*", a bad or missing Host header, a raw backslash in the path;
  * - an `Expect: 100-continue` upload larger than every route accepts (`hopelessUpload`).
  * In the app, counted like every routed request: a path with a dot segment (`dotSegmentPath`).
  * And the request id a client may give (`saneRequestId`), used only when it is harmless.
@@ -17,7 +17,6 @@
 import { randomUUID } from 'node:crypto'
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
-import { RequestError } from '@hono/node-server'
 import { Problem } from './problems.js'
 import { BodyLimit } from './body.js'
 
@@ -52,7 +51,11 @@ function listenerAnswer(p: Problem, idHeader: string): { head: Record<string, st
   return { head: { ...p.responseHeaders(id, idHeader), 'content-length': Buffer.byteLength(body), connection: 'close' }, body }
 }
 
-function answer(res: ServerResponse, p: Problem, idHeader: string): void {
+/**
+ * Answers a request the front door refused, on the listener: a new request id (the request's
+ * own is not trusted yet), the connection closed after the answer.
+ */
+export function refuseAtDoor(res: ServerResponse, p: Problem, idHeader: string): void {
   const a = listenerAnswer(p, idHeader)
   res.writeHead(p.status, a.head)
   res.end(a.body)
@@ -78,7 +81,7 @@ export function screened(req: IncomingMessage, res: ServerResponse, idHeader: st
     p = new Problem('bad-path', 'The request target carries a "#fragment", which no HTTP request target may hold (RFC 9112 §3.2); nothing was forwarded.')
   }
   if (!p) return false
-  answer(res, p, idHeader)
+  refuseAtDoor(res, p, idHeader)
   return true
 }
 
@@ -92,7 +95,7 @@ export function screened(req: IncomingMessage, res: ServerResponse, idHeader: st
 export function hopelessUpload(req: IncomingMessage, res: ServerResponse, largest: number, idHeader: string): boolean {
   const limit = new BodyLimit(largest)
   if (!limit.declaredOver(req.headers)) return false
-  answer(res, limit.tooLarge(), idHeader)
+  refuseAtDoor(res, limit.tooLarge(), idHeader)
   return true
 }
 
@@ -125,20 +128,53 @@ export function onClientError(idHeader: string) {
   }
 }
 
+// The rules @hono/node-server applies when it makes a Request of Node's request (its url.ts):
+// the gateway routes on the same URL it did when it ran on that adapter.
+const PLAIN_TARGET = /^\/[!#$&-;=?-\[\]_a-z~]*$/
+const DOT_SEGMENT_TARGET = /\/\.\.?(?:[/?#]|$)/
+const PLAIN_HOST = /^[a-z0-9._-]+(?::(?:[1-5]\d{3,4}|[6-9]\d{3}))?$/
+
+/** A raw backslash before the query: a URL parser would read it as "/", the upstream may not. */
+const backslashInPath = (target: string): boolean => {
+  const b = target.indexOf('\\')
+  if (b < 0) return false
+  const q = target.indexOf('?')
+  return q < 0 || b < q
+}
+
+const unroutable = (why: string): Problem =>
+  new Problem('request-malformed', `The request cannot be routed (${why}); nothing was forwarded.`)
+
 /**
- * What @hono/node-server cannot make a Request of: a 400 problem instead of its bare 400.
- * Anything else that escapes its listener is the gateway's fault: 500 gateway-error, never
- * blamed on the upstream. Nothing was routed.
+ * The absolute URL a request is routed on: its absolute-form target (RFC 9112 §3.2.2), or
+ * `http://` + Host + its origin-form target, normalised by the WHATWG URL parser when it holds
+ * anything but plain characters.
+ * @returns the URL, or the 400 request-malformed to answer: "*" or another target that is no
+ *   path, a missing or bad Host header (RFC 9112 §3.2), a raw backslash in the path
  */
-export function unusableRequest(idHeader: string) {
-  return (err: unknown): Response => {
-    const p = err instanceof RequestError
-      ? new Problem('request-malformed', `The request cannot be routed (${(err as Error).message}); nothing was forwarded.`)
-      : gatewayError()
-    const a = listenerAnswer(p, idHeader)
-    const { 'content-length': _, ...head } = a.head
-    return new Response(a.body, { status: p.status, headers: head as Record<string, string> })
+export function routingUrl(req: IncomingMessage): string | Problem {
+  const target = req.url ?? ''
+  const scheme = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http'
+  if (target[0] !== '/' && (target.startsWith('http://') || target.startsWith('https://'))) {
+    if (backslashInPath(target)) return unroutable('Invalid absolute URL')
+    try { return new URL(target).href } catch { return unroutable('Invalid absolute URL') }
   }
+  const host = req.headers.host
+  if (!host) return unroutable('Missing host header')
+  const url = `${scheme}://${host}${target}`
+  if (!PLAIN_HOST.test(host)) {
+    if (backslashInPath(target)) return unroutable('Backslash in request path')
+    let parsed: URL
+    try { parsed = new URL(url) } catch { return unroutable('Invalid URL') }
+    const bare = (host.includes(':') ? host.replace(/:\d+$/, '') : host).toLowerCase()
+    if (parsed.hostname.length !== host.length && parsed.hostname !== bare) return unroutable('Invalid host header')
+    return parsed.href
+  }
+  if (target.length === 0) return `${url}/`
+  if (target.charCodeAt(0) !== 47) return unroutable('Invalid URL')
+  if (PLAIN_TARGET.test(target) && !DOT_SEGMENT_TARGET.test(target)) return url
+  if (backslashInPath(target)) return unroutable('Backslash in request path')
+  try { return new URL(url).href } catch { return unroutable('Invalid URL') }
 }
 
 /** 500 gateway-error: a bug on the request path, said as such. */

@@ -1,17 +1,18 @@
 /**
- * Builds the gateway's Hono app. Every request passes `observe` (its facts, measured and
- * recorded once; a path with a dot segment refused there); each route of the config then becomes one handler in the
+ * The proxy listener's request handling. Every request passes `observe` (its facts, measured and
+ * recorded once; a path with a dot segment refused there); the route table (./routing.ts, Hono's
+ * router) picks the first route of the config that takes it; that route's handler runs the
  * contract's order — admission (fencing, then idempotency: one store call) → send → record →
- * respond (./request-path.ts) — registered in config order, so the first matching route wins.
+ * respond (./request-path.ts) — on Node's request and response (./exchange.ts).
  */
-import { Hono, type MiddlewareHandler } from 'hono'
-import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import { context as otelContext } from '@opentelemetry/api'
 import type { Pool } from 'undici'
 import type { Config } from './config/schema.js'
-import type { GatewayEnv } from './context.js'
+import { Exchange } from './exchange.js'
 import { newFacts, type RequestFacts } from './facts.js'
-import { compileRoute } from './route.js'
+import { compileRoute, type CompiledRoute } from './route.js'
+import { RouteTable } from './routing.js'
 import { Problem, stateLost, storeUnavailable } from './problems.js'
 import { dotSegmentPath, gatewayError, saneRequestId } from './front-door.js'
 import { StoreWentBack } from './store/sequence.js'
@@ -22,7 +23,7 @@ import { startServerSpan, traceFields } from './telemetry/tracing.js'
 import type { Fields, Logger } from './log.js'
 import { WindowTracker } from './fencing/index.js'
 import { createUpstream } from './forward/send.js'
-import { routeHandler } from './request-path.js'
+import { routeHandler, type RouteHandler } from './request-path.js'
 import type { AuditQueue } from './audit/queue.js'
 import type { AuditEntry } from './store/attempt-log/types.js'
 import { attemptEntry } from './audit/entry.js'
@@ -30,7 +31,12 @@ import { timelineLink } from './ui/links.js'
 import { newId } from './ids.js'
 
 export interface Gateway {
-  app: Hono<GatewayEnv>
+  /**
+   * Handles one request the front door let through (src/server.ts): answers it, or destroys its
+   * connection when nobody is left to answer. Never rejects.
+   * @param url the absolute URL it is routed on (src/front-door.ts `routingUrl`)
+   */
+  handle(incoming: IncomingMessage, outgoing: ServerResponse, url: string): Promise<void>
   pools: Pool[]
 }
 
@@ -39,23 +45,22 @@ export interface Gateway {
  * closes it: the one place its outcome is measured (contract §6), its span annotated (§7), its
  * attempt entry queued (§8) and its access line written. It decides nothing.
  */
-function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?: AuditQueue, publicUrl?: string): MiddlewareHandler<GatewayEnv> {
+function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], route: (x: Exchange, url: string) => Promise<void>, audit?: AuditQueue, publicUrl?: string): Gateway['handle'] {
   const idHeader = logConfig.requestIdHeader.toLowerCase()
   const access = logConfig.access
-  return async function observe(c, next) {
+  return async function observe(incoming, outgoing, url) {
     const started = performance.now()
-    const incoming = c.env.incoming
     const f = newFacts(saneRequestId(incoming.headers[idHeader]) ?? newId(), incoming.method ?? 'GET')
-    c.set('facts', f)
+    const x = new Exchange(incoming, outgoing, f)
     const span = startServerSpan(incoming)
     // a path with a dot segment is refused before routing (400 bad-path), counted like any request
     const badPath = dotSegmentPath(incoming.url ?? '/')
     if (badPath) {
       f.outcome = badPath.outcome
-      c.res = badPath.toResponse(f.requestId, idHeader)
-    } else if (span) await otelContext.with(span.ctx, next)
-    else await next()
-    const code = f.code ?? (c.res === RESPONSE_ALREADY_SENT || c.res.headers.has('x-hono-already-sent') ? c.env.outgoing.statusCode : c.res.status)
+      badPath.respond(outgoing, f.requestId, idHeader)
+    } else if (span) await otelContext.with(span.ctx, route, undefined, x, url)
+    else await route(x, url)
+    const code = f.code ?? outgoing.statusCode
     const ms = performance.now() - started
     const record = () => {
       metrics.recordRequest(f.route ?? 'none', f.method, String(code), f.outcome ?? 'forwarded', ms / 1000)
@@ -65,7 +70,7 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], audit?
     if (span) otelContext.with(span.ctx, record)
     else record()
     // only a route with checks (or attemptLog: true) writes to the store: a plain route's request has no claim to audit
-    const audited = audit !== undefined && c.get('route')?.audited === true
+    const audited = audit !== undefined && x.route?.audited === true
     const logged = access === 'all' || (access === 'decisions' && isDecision(f))
     // most requests of a plain route are neither audited nor logged: no entry is built for them
     if (!audited && !logged) return
@@ -83,7 +88,7 @@ const isDecision = (f: RequestFacts): boolean =>
  * The access log line of a request: its attempt entry's facts, the path without its query, the
  * peer, and the audit view's timeline of its key or resource (`view`, after admin.publicUrl).
  */
-function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming'], publicUrl?: string): Fields {
+function accessFields(e: AuditEntry, incoming: IncomingMessage, publicUrl?: string): Fields {
   const url = incoming.url ?? '/'
   const q = url.indexOf('?')
   const client = incoming.socket?.remoteAddress
@@ -97,52 +102,74 @@ function accessFields(e: AuditEntry, incoming: GatewayEnv['Bindings']['incoming'
   }
 }
 
+/**
+ * The gateway of one config: its routes, their upstream pools, the request handling.
+ * @param audit the attempt log's writer; none: nothing is audited
+ */
 export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue, watch?: StateWatch): Gateway {
-  const app = new Hono<GatewayEnv>()
+  const table = new RouteTable<{ route: CompiledRoute; handle: RouteHandler }>()
   const pools: Pool[] = []
   const windows = new WindowTracker() // per process: fencing's requests between check and end, by resource
   metrics.trackWindows(windows)
   const idHeader = config.log.requestIdHeader.toLowerCase()
-  /** A refusal's response; with admin.publicUrl, the audit view's timeline of its key or resource, where operators can reach it. */
-  const refuse = (f: RequestFacts, p: Problem): Response => {
+  /** Writes a refusal; with admin.publicUrl, the audit view's timeline of its key or resource, where operators can reach it. */
+  const refuse = (x: Exchange, p: Problem): void => {
+    const f = x.facts
     f.outcome = p.outcome
     const timeline = config.admin.publicUrl && timelineLink({ outcome: f.outcome, keyHash: f.keyHash, resource: f.resource }, config.admin.publicUrl)
-    return p.toResponse(f.requestId, idHeader, timeline ? { timeline } : undefined)
+    p.respond(x.outgoing, f.requestId, idHeader, timeline ? { timeline } : undefined)
   }
-  app.use('*', observe(metrics, log, config.log, audit, config.admin.publicUrl))
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
-    const handle = routeHandler(route, { store, metrics, log, windows, pool, traceFields: traceFields(), watch, refuse })
-    if (rc.match.methods) app.on(rc.match.methods, rc.match.path, handle)
-    else app.all(rc.match.path, handle)
+    table.add(rc.match.methods, rc.match.path, { route, handle: routeHandler(route, { store, metrics, log, windows, pool, traceFields: traceFields(), watch, refuse }) })
   }
-  app.notFound((c) => {
-    const f = c.get('facts')
-    f.outcome = 'no_route'
-    return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').toResponse(f.requestId, idHeader)
-  })
-  app.onError((err, c) => {
-    const f = c.get('facts')
+
+  /** What went wrong on the route's path, answered: fail closed when the store cannot answer (contract §4). */
+  const failed = (x: Exchange, err: unknown): void => {
+    const { incoming, outgoing, facts: f } = x
     if (err instanceof Problem || err instanceof StoreError) {
-      // the store cannot answer: fail closed (contract §4), one mapping for every store call
-      return refuse(f, err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err))
-    }
-    if (c.env.incoming.errored || c.env.incoming.destroyed && !c.env.incoming.complete) {
+      // one mapping for every store call
+      if (!outgoing.headersSent) return refuse(x, err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err))
+    } else if (incoming.errored || (incoming.destroyed && !incoming.complete)) {
       // the client left before its request was whole: nothing was forwarded, nobody to answer
       f.outcome = 'bad_request'
       f.code = 499
-      c.env.outgoing.destroy()
-      return RESPONSE_ALREADY_SENT
+      outgoing.destroy()
+      return
+    } else {
+      // a bug on the request path: the gateway's fault, said as such (never blamed on the upstream)
+      log.error('unexpected error on the request path', { route: f.route, requestId: f.requestId, error: (err as Error)?.message })
+      const p = gatewayError()
+      f.outcome = p.outcome
+      if (!outgoing.headersSent) return p.respond(outgoing, f.requestId, idHeader)
     }
-    // a bug on the request path: the gateway's fault, said as such (never blamed on the upstream)
-    log.error('unexpected error on the request path', { route: f.route, requestId: f.requestId, error: err.message })
-    const p = gatewayError()
-    f.outcome = p.outcome
-    if (c.env.outgoing.headersSent) { c.env.outgoing.destroy(); return RESPONSE_ALREADY_SENT }
-    return p.toResponse(f.requestId, idHeader)
+    outgoing.destroy()
+  }
+
+  const route = async (x: Exchange, url: string): Promise<void> => {
+    const m = table.match(x.facts.method, url)
+    if (m === undefined) {
+      x.facts.outcome = 'no_route'
+      return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').respond(x.outgoing, x.facts.requestId, idHeader)
+    }
+    x.route = m.value.route
+    x.match = m
+    try {
+      await m.value.handle(x)
+    } catch (err) {
+      failed(x, err)
+    }
+  }
+
+  const observed = observe(metrics, log, config.log, route, audit, config.admin.publicUrl)
+  const handle: Gateway['handle'] = (incoming, outgoing, url) => observed(incoming, outgoing, url).catch((err) => {
+    // a bug in observing itself: answered if nothing was, never left hanging
+    log.error('unexpected error on the request path', { error: (err as Error)?.message })
+    if (outgoing.headersSent) outgoing.destroy()
+    else gatewayError().respond(outgoing, newId(), idHeader)
   })
-  return { app, pools }
+  return { handle, pools }
 }

@@ -5,6 +5,7 @@
  * request path's (./request-path.ts), the app's error handlers (./gateway.ts, ./admin.ts).
  */
 
+import type { ServerResponse } from 'node:http'
 import type { Outcome } from './outcomes.js'
 
 interface ProblemKind { status: number; title: string; outcome: Outcome }
@@ -89,6 +90,20 @@ export class Problem extends Error {
    */
   toResponse(requestId?: string, idHeader = 'x-request-id', more?: Record<string, string>): Response {
     return new Response(this.body(requestId, more), { status: this.status, headers: this.responseHeaders(requestId, idHeader) })
+  }
+
+  /**
+   * Writes the problem as the response to a request of the proxy listener.
+   * @param requestId the request's id: the body's `instance`, and echoed in `idHeader`
+   * @param idHeader the request id header's name (lower case)
+   * @param more members for this response only, e.g. `timeline` (the audit view's address)
+   */
+  respond(outgoing: ServerResponse, requestId: string, idHeader: string, more?: Record<string, string>): void {
+    const body = this.body(requestId, more)
+    const headers: Record<string, string | number> = this.responseHeaders(requestId, idHeader)
+    headers['content-length'] = Buffer.byteLength(body)
+    outgoing.writeHead(this.status, headers)
+    outgoing.end(body)
   }
 
   /** The response's header fields: the problem's media type, no caching, its own (Retry-After), the request id. */

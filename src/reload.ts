@@ -1,7 +1,7 @@
 /**
  * SIGHUP: reload the config file without dropping a request in flight (contract §2).
  *
- * Each config the process runs is a *generation*: the Hono app `createGateway` built from it,
+ * Each config the process runs is a *generation*: the request handling `createGateway` built from it,
  * with its upstream pools. The proxy listener hands every new request to the current
  * generation; a request keeps the generation it was admitted by until its response has ended,
  * so it finishes under the config it started with. A reload builds the next generation and

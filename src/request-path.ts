@@ -9,11 +9,8 @@
  * the same respond code (src/forward/respond.ts). The record is written before the client sees
  * an answer it keeps, so a retry racing the answer's end finds it completed.
  */
-import type { MiddlewareHandler } from 'hono'
-import type { Context } from 'hono'
-import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response'
 import type { Pool } from 'undici'
-import type { GatewayEnv } from './context.js'
+import type { Exchange } from './exchange.js'
 import type { RequestFacts } from './facts.js'
 import type { CompiledRoute } from './route.js'
 import type { Store } from './store/types.js'
@@ -41,9 +38,12 @@ export interface PathParts {
   /** the request fields the trace propagator writes (src/forward/send.ts) */
   traceFields: readonly string[]
   watch?: StateWatch
-  /** a refusal's response (src/gateway.ts: the problem, with the audit view's address when configured) */
-  refuse: (f: RequestFacts, p: Problem) => Response
+  /** writes a refusal (src/gateway.ts: the problem, with the audit view's address when configured) */
+  refuse: (x: Exchange, p: Problem) => void
 }
+
+/** A route's handler: answers the request (or destroys its connection when nobody is left to answer). */
+export type RouteHandler = (x: Exchange) => Promise<void>
 
 const noop = () => {}
 
@@ -52,7 +52,7 @@ const noop = () => {}
  * @throws StoreError when the store cannot answer (the app's error handler: 503, fail closed);
  *   anything else is a bug (500 gateway-error)
  */
-export function routeHandler(route: CompiledRoute, parts: PathParts): MiddlewareHandler<GatewayEnv> {
+export function routeHandler(route: CompiledRoute, parts: PathParts): RouteHandler {
   const { store, metrics, log, watch } = parts
   const name = route.name
   const pattern = route.config.match.path
@@ -67,15 +67,15 @@ export function routeHandler(route: CompiledRoute, parts: PathParts): Middleware
   const refuse = parts.refuse
 
   /** send → record → respond. */
-  async function forward(c: Context<GatewayEnv>, f: RequestFacts, claim?: Claim, body?: Buffer, window?: RequestWindow): Promise<Response> {
-    const { incoming, outgoing } = c.env
+  async function forward(x: Exchange, f: RequestFacts, claim?: Claim, body?: Buffer, window?: RequestWindow): Promise<void> {
+    const { incoming, outgoing } = x
     try {
       const sent = await upstream.send(incoming, outgoing, f, body, claim?.captureBytes ?? 0, window ? () => window.markSent() : noop)
       if (sent.kind === 'failed') {
         await claim?.record(sent)
-        if (sent.problem) return refuse(f, sent.problem)
+        if (sent.problem) return refuse(x, sent.problem)
         outgoing.destroy() // the client left, or the answer broke off before anything was written
-        return RESPONSE_ALREADY_SENT
+        return
       }
       // before the client sees an answer the record keeps; alongside one too large to keep, so the
       // upstream is never left waiting on a paused connection
@@ -89,55 +89,53 @@ export function routeHandler(route: CompiledRoute, parts: PathParts): Middleware
         await claim?.record({ kind: 'failed', sent: true, reason: broke })
         outgoing.destroy()
       }
-      return RESPONSE_ALREADY_SENT
     } finally {
       claim?.end()
     }
   }
 
-  return async function handle(c) {
-    const f = c.get('facts')
+  return async function handle(x) {
+    const f = x.facts
     f.route = name
     f.pattern = pattern
-    c.set('route', route)
-    const incoming = c.env.incoming
+    const incoming = x.incoming
     if (!guarded) {
       // a route with neither check pays only what a proxy pays
-      if (limit.declaredOver(incoming.headers)) return refuse(f, limit.tooLarge())
-      return forward(c, f)
+      if (limit.declaredOver(incoming.headers)) return refuse(x, limit.tooLarge())
+      return forward(x, f)
     }
-    if (watch?.lost) return refuse(f, stateLost())
+    if (watch?.lost) return refuse(x, stateLost())
     let src: ReturnType<typeof requestTemplateSource> | undefined
-    const source = () => (src ??= requestTemplateSource(c))
+    const source = () => (src ??= requestTemplateSource(x))
     const gone = () => incoming.socket.destroyed
     const fence = admission.readFence(incoming, source)
-    if (fence !== undefined && 'refused' in fence) return answer(c, f, await admission.admit(f, fence, undefined, undefined, gone))
+    if (fence !== undefined && 'refused' in fence) return answer(x, f, await admission.admit(f, fence, undefined, undefined, gone))
     const key = await admission.readKey(incoming, source)
-    if (fence === undefined) return answer(c, f, await admission.admit(f, fence, key, undefined, gone))
+    if (fence === undefined) return answer(x, f, await admission.admit(f, fence, key, undefined, gone))
     f.resource = fence.resource
     f.token = fence.token
     // entered before the check: an older token accepted before this one is always seen here
     const window = windows!.enter(fence.resource, fence.token)
     try {
-      return await answer(c, f, await admission.admit(f, fence, key, window, gone), window)
+      return await answer(x, f, await admission.admit(f, fence, key, window, gone), window)
     } finally {
       await window.end(f)
     }
   }
 
   /** Carries out admission's decision: the refusal, the replay, or the forward. */
-  function answer(c: Context<GatewayEnv>, f: RequestFacts, admitted: Awaited<ReturnType<Admission['admit']>>, window?: RequestWindow): Response | Promise<Response> {
+  function answer(x: Exchange, f: RequestFacts, admitted: Awaited<ReturnType<Admission['admit']>>, window?: RequestWindow): void | Promise<void> {
     switch (admitted.kind) {
       case 'refuse':
-        return refuse(f, admitted.problem)
+        return refuse(x, admitted.problem)
       case 'replay': {
         // the stored response byte for byte; the request id is this request's, not the first one's
         const r = admitted.response
-        respondWhole(c.env.outgoing, r.status, r.headers, r.body, addedHeaders(idHeader, f.requestId, true), idHeader)
-        return RESPONSE_ALREADY_SENT
+        respondWhole(x.outgoing, r.status, r.headers, r.body, addedHeaders(idHeader, f.requestId, true), idHeader)
+        return
       }
       case 'forward':
-        return forward(c, f, admitted.claim, admitted.body, window)
+        return forward(x, f, admitted.claim, admitted.body, window)
     }
   }
 }

@@ -10,15 +10,15 @@ import type { AddressInfo } from 'node:net'
 import { createServer, type Server } from 'node:http'
 import type { Pool } from 'undici'
 import type { Duplex } from 'node:stream'
-import { createAdaptorServer, getRequestListener } from '@hono/node-server'
+import { createAdaptorServer } from '@hono/node-server'
 import type { Config } from './config/schema.js'
-import { createGateway } from './gateway.js'
+import { createGateway, type Gateway } from './gateway.js'
 import { createAdmin, exposedAdmin } from './admin.js'
 import { openGuardedStore } from './store/open.js'
 import type { RiskRefused } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { StateWatch } from './store/state-loss.js'
-import { hopelessUpload, onClientError, screened, unusableRequest } from './front-door.js'
+import { hopelessUpload, onClientError, refuseAtDoor, routingUrl, screened } from './front-door.js'
 import { closeUpstreams } from './forward/send.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
@@ -74,7 +74,7 @@ export interface StartOptions {
 /** One config's request handling: what a request is admitted by, and finishes under (./reload.ts). */
 interface Generation {
   config: Config
-  listener: ReturnType<typeof getRequestListener>
+  handle: Gateway['handle']
   pools: Pool[]
   /** the request id header, lower case */
   idHeader: string
@@ -94,12 +94,8 @@ interface Generation {
 const checkingInterval = (s: Config['server']): number =>
   Math.min(1000, Math.max(10, Math.floor(Math.min(s.headersTimeout, s.requestTimeout) / 10)))
 
-/** Hono's listener for one generation's app. */
-const requestListener = (fetch: Parameters<typeof getRequestListener>[0], idHeader: string) =>
-  getRequestListener(fetch, { autoCleanupIncoming: false, errorHandler: unusableRequest(idHeader) })
-
 /**
- * The proxy listener: the current generation's listener behind the front door (./front-door.ts), with the configured
+ * The proxy listener: the current generation's request handling behind the front door (./front-door.ts), with the configured
  * client timeouts. Each request is counted on the generation that admitted it until its
  * response has ended; `retire` is called when a replaced generation has none left.
  */
@@ -114,9 +110,11 @@ function createProxyServer(config: Config, current: () => Generation, retire: (g
   }, (req, res) => {
     const g = current()
     if (screened(req, res, g.idHeader)) return
+    const url = routingUrl(req)
+    if (typeof url !== 'string') return refuseAtDoor(res, url, g.idHeader)
     g.active++
     res.once('close', () => { if (--g.active === 0 && g.retired) retire(g) })
-    void g.listener(req, res)
+    void g.handle(req, res, url)
   })
   server.keepAliveTimeout = s.keepAliveTimeout
   server.on('clientError', (err: Error & { code?: string; reason?: string }, socket: Duplex) => onClientError(current().idHeader)(err, socket))
@@ -156,9 +154,9 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
 
   const generation = (c: Config): Generation => {
-    const { app, pools } = createGateway(c, store, metrics, log, audit, watch)
+    const { handle, pools } = createGateway(c, store, metrics, log, audit, watch)
     const idHeader = c.log.requestIdHeader.toLowerCase()
-    return { config: c, listener: requestListener(app.fetch, idHeader), pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
+    return { config: c, handle, pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
   }
   let current = generation(config)
   // replaced generations whose requests have not all ended yet: their pools close with the last one, or at shutdown

@@ -23,8 +23,7 @@
  *   query value is kept: every query decoder reads `a%2Fb` as `a/b` (and URLSearchParams
  *   encodes "/" that way), so it cannot name another resource there.
  */
-import type { Context } from 'hono'
-import type { GatewayEnv } from './context.js'
+import type { Exchange } from './exchange.js'
 import type { Ambiguous, TemplateSource } from './config/template.js'
 
 // Constant answers: the refusal path allocates nothing either.
@@ -192,10 +191,10 @@ export function queryValue(target: string, name: string): string | undefined | A
 }
 
 /** Reads template placeholders from a request: path parameters, headers, query parameters. */
-export function requestTemplateSource(c: Context<GatewayEnv>): TemplateSource {
-  const incoming = c.env.incoming
+export function requestTemplateSource(x: Exchange): TemplateSource {
+  const incoming = x.incoming
   return {
-    param: (name) => paramValue(c.req.param(name), incoming.url ?? '/'),
+    param: (name) => paramValue(x.param(name), incoming.url ?? '/'),
     header: (name) => headerValue(incoming.rawHeaders, name),
     query: (name) => queryValue(incoming.url ?? '/', name),
   }

@@ -7,9 +7,8 @@ import { gatewayConfig, startTestGateway, withGateway } from './helpers/gateway.
 import http from 'node:http'
 import { expectProblem, metric, metrics, post, type Reply } from './helpers/http.js'
 import { sleep, until } from './helpers/wait.js'
-import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { createAdaptorServer } from '@hono/node-server'
+import { routingUrl } from '../src/front-door.js'
 import { parseConfig } from '../src/config/load.js'
 import { createGateway } from '../src/gateway.js'
 import { createMetrics } from '../src/telemetry/metrics.js'
@@ -92,8 +91,8 @@ test('a bug on the request path is the gateway\'s 500 problem with the request i
   const config = parseConfig(gatewayConfig({ routes: [{ name: 'pay', path: '/accounts/:account/*', upstream: up.url, fencing: { resource: 'a:{param.account}' }, idempotency: {} }] }), '/tmp/x.yaml')
   const logs: string[] = []
   const log = createLogger({ write: (l: string) => { logs.push(l); return true } } as unknown as NodeJS.WritableStream)
-  const { app, pools } = createGateway(config, broken, createMetrics('test'), log)
-  const server = createAdaptorServer({ fetch: app.fetch }) as Server
+  const { handle, pools } = createGateway(config, broken, createMetrics('test'), log)
+  const server = http.createServer((req, res) => void handle(req, res, routingUrl(req) as string))
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
   try {
     const before = up.count('/accounts/bug/')

@@ -1,9 +1,10 @@
 // The front door's pure parts (src/front-door.ts): which paths and request ids are refused or
-// replaced, and that an error escaping @hono/node-server's listener is the gateway's 500, not
-// the upstream's 502. The listener-level refusals over real sockets are in test/hostile/input.test.ts.
+// replaced, and the URL a request is routed on. The listener-level refusals over real sockets
+// are in test/hostile/input.test.ts.
+import type { IncomingMessage } from 'node:http'
 import { describe, expect, test } from 'vitest'
-import { RequestError } from '@hono/node-server'
-import { dotSegmentPath, saneRequestId, unusableRequest } from '../../src/front-door.js'
+import { dotSegmentPath, routingUrl, saneRequestId } from '../../src/front-door.js'
+import { Problem } from '../../src/problems.js'
 
 describe('dot-segment paths', () => {
   test.each(['/a/../b', '/a/./b', '/..', '/a/..', '/a/%2e%2E/b', '/a%2f..%2fb', '/a\\..\\b', '/a/.%2e/b?x=1'])('%s is refused: 400 bad-path', (target) => {
@@ -27,18 +28,33 @@ describe('client request ids', () => {
   })
 })
 
-describe('what @hono/node-server cannot turn into a Request', () => {
-  test('a request it refuses is the client\'s 400 request-malformed, with a new request id', async () => {
-    const r = unusableRequest('x-request-id')(new RequestError('Invalid URL'))
-    expect(r.status).toBe(400)
-    const body = await r.json() as Record<string, unknown>
-    expect(body).toMatchObject({ type: 'urn:fencegate:problem:request-malformed', status: 400, instance: r.headers.get('x-request-id') })
-    expect(r.headers.get('content-type')).toBe('application/problem+json')
-    expect(r.headers.get('connection')).toBe('close')
+describe('the URL a request is routed on', () => {
+  const req = (url: string, host?: string, encrypted = false) =>
+    ({ url, headers: host === undefined ? {} : { host }, socket: { encrypted } }) as unknown as IncomingMessage
+  test.each([
+    ['/a/b?x=1', 'gw:8080', 'http://gw:8080/a/b?x=1'],
+    ['', 'gw', 'http://gw/'],
+    ['/a?next=\\x', 'gw', 'http://gw/a?next=\\x'],
+    ['/caf%C3%A9', 'gw', 'http://gw/caf%C3%A9'],
+    ['/a"b', 'GW', 'http://gw/a%22b'],
+    ['http://elsewhere/x?y', 'gw', 'http://elsewhere/x?y'],
+  ])('%j with Host %j: %s', (target, host, url) => {
+    expect(routingUrl(req(target, host))).toBe(url)
   })
-  test('any other error is the gateway\'s 500 gateway-error, never blamed on the upstream', async () => {
-    const r = unusableRequest('x-request-id')(new TypeError('boom'))
-    expect(r.status).toBe(500)
-    expect(await r.json()).toMatchObject({ type: 'urn:fencegate:problem:gateway-error', status: 500, error: { type: 'api_error', code: 'gateway-error' } })
+  test('over TLS the scheme is https', () => {
+    expect(routingUrl(req('/a', 'gw', true))).toBe('https://gw/a')
+  })
+  test.each([
+    ['*', 'gw', 'Invalid URL'],
+    ['/a', undefined, 'Missing host header'],
+    ['/a', 'user@gw', 'Invalid host header'],
+    ['/a', 'g w', 'Invalid URL'],
+    ['/a\\..\\b', 'gw', 'Backslash in request path'],
+    ['/a\\b', 'g:w', 'Backslash in request path'],
+    ['http://x\\y/z', 'gw', 'Invalid absolute URL'],
+  ])('%j with Host %j: 400 request-malformed (%s)', (target, host, why) => {
+    const p = routingUrl(req(target, host))
+    expect(p).toBeInstanceOf(Problem)
+    expect([(p as Problem).status, (p as Problem).name_, (p as Problem).detail]).toEqual([400, 'request-malformed', `The request cannot be routed (${why}); nothing was forwarded.`])
   })
 })
