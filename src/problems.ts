@@ -65,7 +65,12 @@ export class Problem extends Error {
     /** response headers, e.g. Retry-After (seconds) */
     readonly headers: Record<string, string> = {},
   ) {
+    // an answer to a client, not a fault: no stack trace (capturing one cost more than the rest
+    // of a refusal under load, docs/performance.md)
+    const limit = Error.stackTraceLimit
+    Error.stackTraceLimit = 0
     super(detail)
+    Error.stackTraceLimit = limit
     this.name = 'Problem'
     const kind: ProblemKind = PROBLEMS[name_]
     this.status = kind.status

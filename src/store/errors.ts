@@ -20,7 +20,13 @@ export class StoreError extends Error {
     readonly op: string,
     options?: { cause?: unknown; unsent?: boolean },
   ) {
+    // no stack trace of its own: it says which operation failed and why, and the engine's own
+    // error, when there is one, is its `cause` with its stack; capturing one per refused request
+    // cost more than the rest of the refusal when the store was full or down (docs/performance.md)
+    const limit = Error.stackTraceLimit
+    Error.stackTraceLimit = 0
     super(message, options)
+    Error.stackTraceLimit = limit
     this.name = 'StoreError'
     this.unsent = options?.unsent === true
   }

@@ -153,7 +153,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
    * outcome its own lease made if it ran out meanwhile), or the key would read as in flight and
    * then as an unknown outcome, for a request never sent. A late answer says whether there is a
    * claim to give back; without one the claim id is given back all the same (a no-op when it was
-   * never made), unless the call never left this process (`StoreError.unsent`).
+   * never made), unless the call never left this process (`StoreError.unsent`) or a full store
+   * refused the claim (StoreFull: it made none).
    */
   const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest): Promise<T> =>
     call(op, () => attempt).catch((e) => {
@@ -163,7 +164,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         // (or took it over): the request that would have counted it already got 503
         if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
         if (c?.kind === 'claimed') giveBacks.add(key, req.claimId, req.ttlMs)
-      }, (late) => { if (!unsent(late)) giveBacks.add(key, req.claimId, req.ttlMs) })
+      }, (late) => { if (!unsent(late) && !(late instanceof StoreFull)) giveBacks.add(key, req.claimId, req.ttlMs) })
       throw e
     })
   return {

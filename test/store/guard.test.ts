@@ -8,7 +8,7 @@
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest'
 import { guardStore } from '../../src/store/index.js'
 import { MemoryStore } from '../../src/store/memory.js'
-import { StoreError, type ClaimResult, type Store } from '../../src/store/types.js'
+import { StoreError, StoreFull, type ClaimResult, type Store } from '../../src/store/types.js'
 import type { Metrics } from '../../src/telemetry/metrics.js'
 import type { Logger } from '../../src/log.js'
 import { key, req, T0 } from './conformance.js'
@@ -176,6 +176,17 @@ describe('guardStore: a claim that answers after the timeout is given back', () 
     expect(s.error).toMatchObject({ op: 'claim', message: 'redis claim: WRONGTYPE Operation against a key holding the wrong kind of value' })
     expect(metrics.storeErrors.inc).toHaveBeenCalledWith({ store: 'redis', op: 'claim' })
     expect(inner.calls).toEqual([['release', key(), 'c1']])
+  })
+
+  test('a full store that refused the claim (StoreFull): 503 at once, counted under its limit, and nothing given back (no claim was made)', async () => {
+    const inner = new Scripted()
+    const s = watch(guard(inner).claim(key(), req('c1'), T0))
+    inner.held[0].fail(new StoreFull('the memory store holds 3 unexpired idempotency records', 'claim', 'max_records', 3))
+    await settle()
+    await vi.advanceTimersByTimeAsync(60_000)
+    expect(s.error).toBeInstanceOf(StoreFull)
+    expect(metrics.storeFull.inc).toHaveBeenCalledWith({ store: 'redis', limit: 'max_records' })
+    expect(inner.calls).toEqual([])
   })
 
   test('register answers `registered` late: unregistered, so it does not hold newer tokens back', async () => {

@@ -12,7 +12,7 @@ import type { AuditLog } from '../../src/store/attempt-log/types.js'
 export const fakeMetrics = () => {
   const observe = vi.fn()
   const labels = (store: string, op: string) => ({ observe: (v: number) => observe({ store, op }, v) })
-  return { storeErrors: { inc: vi.fn() }, storeDuration: { observe, labels }, unknownOutcomes: { inc: vi.fn() } }
+  return { storeErrors: { inc: vi.fn() }, storeDuration: { observe, labels }, unknownOutcomes: { inc: vi.fn() }, storeFull: { inc: vi.fn() } }
 }
 export const fakeLog = () => ({ debug: vi.fn(), info: vi.fn(), warn: vi.fn(), error: vi.fn(), access: vi.fn() })
 
