@@ -33,7 +33,7 @@ function layerOf(f: CallFrame): string | undefined {
   if (nm >= 0) {
     const parts = url.slice(nm + 13).split('/')
     const pkg = parts[0].startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]
-    if (pkg === 'hono' || pkg === '@hono/node-server') return 'Hono (app, context, node-server adapter)'
+    if (pkg === 'hono' || pkg === '@hono/node-server') return 'Hono (router, URL decoding)'
     if (pkg === 'undici') return 'undici (upstream HTTP client)'
     if (pkg === 'prom-client') return 'prom-client (metrics)'
     if (['ioredis', 'redis-parser', 'pg', 'pg-protocol', 'pg-pool', 'better-sqlite3', 'denque', 'cluster-key-slot'].includes(pkg)) return `store client (${pkg.startsWith('pg') ? 'pg' : pkg})`

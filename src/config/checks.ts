@@ -15,9 +15,9 @@ export interface Finding { path: PropertyKey[]; message: string }
 const ALL_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']
 
 /**
- * The methods a route really receives. The router answers HEAD with the GET handlers (Hono
- * dispatches a HEAD request as GET), so a route listing GET gets HEAD too, and HEAD alone gets
- * nothing.
+ * The methods a route really receives. The route table answers HEAD with the GET routes
+ * (src/routing.ts, as a Hono app dispatches a HEAD request), so a route listing GET gets HEAD
+ * too, and HEAD alone gets nothing.
  */
 export function routedMethods(methods: readonly string[] | undefined): Set<string> {
   const m = new Set(methods ?? ALL_METHODS)
