@@ -105,7 +105,7 @@ function createProxyServer(config: Config, current: () => Generation, retire: (g
     headersTimeout: s.headersTimeout,
     requestTimeout: s.requestTimeout,
     connectionsCheckingInterval: checkingInterval(s),
-    // a missing Host is still refused (by unusableRequest, as a problem, not Node's bare 400)
+    // a missing Host is still refused (by routingUrl, as a problem, not Node's bare 400)
     requireHostHeader: false,
   }, (req, res) => {
     const g = current()

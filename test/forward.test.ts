@@ -431,6 +431,17 @@ describe('forwarding (contract §5)', () => {
     }
   })
 
+  it('answers HEAD with the GET\'s head and no body, and keeps the connection: a request pipelined behind it is answered too', async () => {
+    const host = new URL(gw.url).host
+    const r = await rawExchange(gw.url, `HEAD /head/1 HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /head/2 HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`)
+    const answers = r.text.split(/(?=HTTP\/1\.1 )/)
+    expect(answers.map((a) => Number(a.slice(9, 12)))).toEqual([201, 201])
+    expect(answers[0].endsWith('\r\n\r\n')).toBe(true) // the HEAD's answer ends with its head
+    expect(answers[0]).toMatch(/^via: 1\.1 fencegate$/im)
+    expect(r.closedByServer).toBe(true) // after the GET that asked for it, not after the HEAD
+    expect(seenAt(up, '/head/').map((s) => [s.method, s.url])).toEqual([['HEAD', '/head/1'], ['GET', '/head/2']])
+  })
+
   it('answers an unrouted path itself: 404 no-route as application/problem+json', async () => {
     const before = up.seen.length
     for (const [method, path] of [['GET', '/nowhere'], ['POST', '/nowhere/else?x=1'], ['DELETE', '/apix']]) {
