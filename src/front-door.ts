@@ -154,13 +154,13 @@ const unroutable = (why: string): Problem =>
  */
 export function routingUrl(req: IncomingMessage): string | Problem {
   const target = req.url ?? ''
-  const scheme = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http'
   if (target[0] !== '/' && (target.startsWith('http://') || target.startsWith('https://'))) {
     if (backslashInPath(target)) return unroutable('Invalid absolute URL')
     try { return new URL(target).href } catch { return unroutable('Invalid absolute URL') }
   }
   const host = req.headers.host
   if (!host) return unroutable('Missing host header')
+  const scheme = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http'
   const url = `${scheme}://${host}${target}`
   if (!PLAIN_HOST.test(host)) {
     if (backslashInPath(target)) return unroutable('Backslash in request path')

@@ -7,6 +7,7 @@
 
 import type { ServerResponse } from 'node:http'
 import type { Outcome } from './outcomes.js'
+import { TracelessError } from './traceless-error.js'
 
 interface ProblemKind { status: number; title: string; outcome: Outcome }
 
@@ -53,7 +54,7 @@ const errorType = (name: ProblemName, status: number): string =>
   IDEMPOTENCY_ERRORS.has(name) ? 'idempotency_error' : status >= 500 ? 'api_error' : 'invalid_request_error'
 
 /** A gateway-made error response; `extra` members are added to the problem body. */
-export class Problem extends Error {
+export class Problem extends TracelessError {
   readonly status: number
   readonly type: string
   readonly title: string
@@ -65,12 +66,7 @@ export class Problem extends Error {
     /** response headers, e.g. Retry-After (seconds) */
     readonly headers: Record<string, string> = {},
   ) {
-    // an answer to a client, not a fault: no stack trace (capturing one cost more than the rest
-    // of a refusal under load, docs/performance.md)
-    const limit = Error.stackTraceLimit
-    Error.stackTraceLimit = 0
     super(detail)
-    Error.stackTraceLimit = limit
     this.name = 'Problem'
     const kind: ProblemKind = PROBLEMS[name_]
     this.status = kind.status

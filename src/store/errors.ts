@@ -2,12 +2,13 @@
  * What a store call rejects with when the store cannot answer. Every engine's own errors
  * become a StoreError (./call.ts); the request path fails closed on them.
  */
+import { TracelessError } from '../traceless-error.js'
 
 /**
  * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or
  * failing inside (the claim step of a half-failed `admit`). Callers fail closed (503).
  */
-export class StoreError extends Error {
+export class StoreError extends TracelessError {
   /**
    * The call never left this process (the store closed, or not connected since start-up), so it
    * wrote nothing: a claim it was to make needs no give-back. False when that is not known.
@@ -20,13 +21,7 @@ export class StoreError extends Error {
     readonly op: string,
     options?: { cause?: unknown; unsent?: boolean },
   ) {
-    // no stack trace of its own: it says which operation failed and why, and the engine's own
-    // error, when there is one, is its `cause` with its stack; capturing one per refused request
-    // cost more than the rest of the refusal when the store was full or down (docs/performance.md)
-    const limit = Error.stackTraceLimit
-    Error.stackTraceLimit = 0
     super(message, options)
-    Error.stackTraceLimit = limit
     this.name = 'StoreError'
     this.unsent = options?.unsent === true
   }
