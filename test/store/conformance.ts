@@ -844,6 +844,15 @@ export function describeStoreConformance(
         expect((await s.audit.timeline({ all: true, route: 'other', until: now - 650 }, since, 100)).map((e) => e.time - now)).toEqual([-700])
       })
 
+      test('text is kept as written: quotes, backslashes, line breaks, tabs and characters beyond ASCII, in a batch with plain entries', async () => {
+        const s = await open()
+        const odd = at(-500, { method: 'POST', keyHash: 'odd', resource: 'account:"q"\\b\n\tc', reason: 'checked é ☃ 😀 \u007f', by: 'ops "x"', fingerprint: '{"a":[1]}', outcome: 'forwarded', durationMs: 0.125 })
+        await s.audit.append([at(-600, { outcome: 'forwarded', keyHash: 'odd' }), odd, at(-400, { outcome: 'replayed', keyHash: 'odd' })])
+        const got = await s.audit.timeline({ keyHashes: ['odd'] }, now - 3_600_000, 100)
+        expect(got.map((e) => e.time - now)).toEqual([-600, -500, -400])
+        expect(got[1]).toEqual(odd)
+      })
+
       test('fenced: the fenced attempts of a window, oldest first, only the route\'s when asked, capped at the newest `limit`', async () => {
         const s = await open()
         const write = at(-900, { method: 'POST', outcome: 'forwarded', resource: 'account:a', token: '33', status: 201, upstreamStatus: 201, upstreamMs: 12.25, durationMs: 14 })

@@ -1,5 +1,5 @@
 /**
- * The attempt log in PostgreSQL: the fg_audit_v1 table, one multi-row INSERT per batch, read
+ * The attempt log in PostgreSQL: the fg_audit_v1 table, one INSERT per batch (its rows as one JSON value), read
  * with the SQL the SQLite store shares (../attempt-log/sql.ts), trimmed by the store's reaper.
  */
 import type pg from 'pg'
@@ -15,7 +15,7 @@ export function tableLog(pool: pg.Pool, q: Queries, run: Run): AuditLog {
   return {
     append: (batch) => run('audit_append', async () => {
       if (!batch.length) return
-      await pool.query(q.auditInsert(batch.length), batch.flatMap(auditRow))
+      await pool.query({ ...q.auditAppend, values: [JSON.stringify(batch.map(auditRow))] })
     }),
     query: (since, until, route) => run('audit_query', async () => {
       const { rows } = await pool.query({ ...q.auditQuery, values: [since, until, route ?? null] })

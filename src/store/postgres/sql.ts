@@ -571,6 +571,12 @@ export const migrateSql = {
   createSchema: (s: string): string => `CREATE SCHEMA ${s}`,
 }
 
+/** The attempt log's columns that are not text, with their types (the table above). */
+const AUDIT_CASTS: Partial<Record<(typeof AUDIT_COLUMNS)[number], string>> = {
+  time: 'bigint', abandoned: 'smallint', duplicate: 'smallint', overtaken: 'smallint', status: 'integer', upstream_status: 'integer',
+  duration_ms: 'double precision', upstream_ms: 'double precision', late_ms: 'double precision',
+}
+
 /** A statement prepared under `name` on each connection that runs it (pg: one text per name). */
 export interface Named { name: string; text: string }
 
@@ -635,12 +641,14 @@ export function queries(s: string) {
     auditTable: `${s}.fg_audit_v1`,
     /** $1 since, $2 until (epoch ms), $3 route or NULL for every route */
     auditQuery: named('fg_audit_query', auditQuerySql(`${s}.fg_audit_v1`, (n) => n === 3 ? '$3::text' : `$${n}::bigint`)),
-    /** one multi-row INSERT of `rows` entries, AUDIT_COLUMNS.length placeholders each */
-    auditInsert: (rows: number): string => {
-      const width = AUDIT_COLUMNS.length
-      const tuples = Array.from({ length: rows }, (_, i) => `(${AUDIT_COLUMNS.map((__, j) => `$${i * width + j + 1}`).join(', ')})`)
-      return `INSERT INTO ${s}.fg_audit_v1 (${AUDIT_COLUMNS.join(', ')}) VALUES ${tuples.join(', ')}`
-    },
+    /**
+     * a batch of entries in one INSERT, whatever its size: $1 a JSON array of rows, each an array
+     * in AUDIT_COLUMNS order (auditRow). One statement prepared once and one value bound, not a
+     * text of 26 placeholders an entry, parsed by the server for every batch
+     */
+    auditAppend: named('fg_audit_append_v1', `INSERT INTO ${s}.fg_audit_v1 (${AUDIT_COLUMNS.join(', ')})
+          SELECT ${AUDIT_COLUMNS.map((c, i) => (AUDIT_CASTS[c] ? `(r->>${i})::${AUDIT_CASTS[c]}` : `r->>${i}`)).join(', ')}
+          FROM json_array_elements($1::json) AS r`),
     auditReap: named('fg_audit_reap', `DELETE FROM ${s}.fg_audit_v1 WHERE time < $1`),
 
     // fencing.serialize: store
