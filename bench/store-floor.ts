@@ -49,21 +49,21 @@ const appendSoon = (e: AuditEntry) => {
 
 const server = http.createServer(async (req, res) => {
   const started = performance.now()
-  const chunks: Buffer[] = []
-  for await (const c of req) chunks.push(c as Buffer)
-  const body = Buffer.concat(chunks)
-  const key = String(req.headers['idempotency-key'])
-  const token = BigInt(String(req.headers['fencing-token']))
-  const resource = `account:${(req.url ?? '/').split('/')[2]}`
-  const keyHash = sha(`${resource}\n${key}`)
-  const fingerprint = sha(body)
-  const recordKey = { route: 'payments', scope: '', key }
-  const claimId = randomUUID()
-  const entry = (status: number, outcome: string, result: string): AuditEntry => ({
-    time: Date.now(), kind: 'attempt', replica, route: 'payments', method: 'POST', resource, token: token.toString(), keyHash, fingerprint,
-    outcome, result, status, durationMs: performance.now() - started,
-  } as AuditEntry)
   try {
+    const chunks: Buffer[] = []
+    for await (const c of req) chunks.push(c as Buffer)
+    const body = Buffer.concat(chunks)
+    const key = String(req.headers['idempotency-key'])
+    const token = BigInt(String(req.headers['fencing-token']))
+    const resource = `account:${(req.url ?? '/').split('/')[2]}`
+    const keyHash = sha(`${resource}\n${key}`)
+    const fingerprint = sha(body)
+    const recordKey = { route: 'payments', scope: '', key }
+    const claimId = randomUUID()
+    const entry = (status: number, outcome: string, result: string): AuditEntry => ({
+      time: Date.now(), kind: 'attempt', replica, route: 'payments', method: 'POST', resource, token: token.toString(), keyHash, fingerprint,
+      outcome, result, status, durationMs: performance.now() - started,
+    } as AuditEntry)
     const admitted = await store.admit({ resource, token }, recordKey, { fingerprint, claimId, leaseMs: 30_000, ttlMs: 86_400_000, retryUnknown: false }, Date.now())
     const claim = admitted.claim
     if (claim?.kind === 'completed') {
@@ -83,6 +83,7 @@ const server = http.createServer(async (req, res) => {
     res.end(answer)
     appendSoon(entry(up.statusCode, 'forwarded', 'stored'))
   } catch (e) {
+    // a request not of the benchmark's shape (no token, say) too: this is no gateway
     if (!res.headersSent) res.writeHead(503, { 'content-type': 'text/plain' })
     res.end(`store-floor: ${(e as Error).message}\n`)
   }
