@@ -23,7 +23,7 @@ import { Pool } from 'undici'
 import { loadConfig } from '../src/config/load.js'
 import { openStore } from '../src/store/index.js'
 import type { AuditEntry } from '../src/store/attempt-log/types.js'
-import { requestHeaders } from './anchor.js'
+import { HOP_BY_HOP, requestHeaders } from './anchor.js'
 
 const [configFile, upstreamUrl, portArg] = process.argv.slice(2)
 if (!configFile || !upstreamUrl) {
@@ -77,7 +77,7 @@ const server = http.createServer(async (req, res) => {
     const up = await pool.request({ path: req.url ?? '/', method: 'POST', headers: requestHeaders(req.rawHeaders, upstream.host), body })
     const answer = Buffer.from(await up.body.arrayBuffer())
     const headers: [string, string][] = []
-    for (const [k, v] of Object.entries(up.headers)) if (k !== 'connection' && k !== 'keep-alive' && v !== undefined) headers.push([k, String(v)])
+    for (const [k, v] of Object.entries(up.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers.push([k, String(v)])
     await store.finish(recordKey, claimId, { kind: 'completed', response: { status: up.statusCode, headers, body: answer } }, 86_400_000, Date.now())
     res.writeHead(up.statusCode, headers.flat())
     res.end(answer)
