@@ -22,11 +22,15 @@ export function storeError(engine: string, op: string, e: unknown, why?: string)
  * Runs one asynchronous operation of an open store.
  * @throws StoreError when `closed`, or whatever `fn` threw, wrapped by `storeError`
  */
-export async function storeCall<T>(engine: string, op: string, closed: boolean, fn: () => Promise<T>, why?: (e: unknown) => string | undefined): Promise<T> {
-  if (closed) throw closedError(op)
+export function storeCall<T>(engine: string, op: string, closed: boolean, fn: () => Promise<T>, why?: (e: unknown) => string | undefined): Promise<T> {
+  if (closed) return Promise.reject(closedError(op))
+  const wrap = (e: unknown): never => { throw storeError(engine, op, e, why?.(e)) }
+  let p: Promise<T>
   try {
-    return await fn()
+    p = fn()
   } catch (e) {
-    throw storeError(engine, op, e, why?.(e))
+    return Promise.reject(storeError(engine, op, e, why?.(e)))
   }
+  // one promise, not an async function's two: every store operation passes here
+  return p.then(undefined, wrap)
 }

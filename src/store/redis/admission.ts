@@ -67,22 +67,26 @@ export async function claim(a: Admission, op: string, key: RecordKey, req: Claim
 }
 
 /** ADMIT on one server, FENCE then CLAIM on a cluster (index.ts's `admit` says what each leaves when half failed). */
-export async function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-  if (!a.cluster) {
-    try {
-      const [fenceKey, sinceKey] = a.keys.fence(fenceReq.resource)
-      const r = await a.writer.write<AdmitReply>('admit', SCRIPTS.fgAdmit, [fenceKey, a.keys.record(key), sinceKey, a.keys.unsettled!.index], [fenceReq.token.toString(), ...claimArgs(req, nowArg(a.clock, now))], true,
-        (x) => Number(x[0]) === 1 && x[4].toString() === 'claimed')
-      const fenced = localFence(a, fenceOf([r[0], r[1], r[2], r[3]]))
-      return fenced.accepted ? { fence: fenced, claim: localClaim(a, claimOf(r.slice(4) as ClaimReply)) } : { fence: fenced }
-    } catch (e) {
-      if (e instanceof ReplicaShortfall) {
-        const x = e.result as AdmitReply
-        if (Number(x[0]) === 1) await giveBack(a, key, req, claimOf(x.slice(4) as ClaimReply))
-      }
-      throw e
+export function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
+  if (a.cluster) return admitOnCluster(a, fenceReq, key, req, now)
+  const [fenceKey, sinceKey] = a.keys.fence(fenceReq.resource)
+  const args = claimArgs(req, nowArg(a.clock, now))
+  args.unshift(fenceReq.token.toString())
+  return a.writer.write<AdmitReply>('admit', SCRIPTS.fgAdmit, [fenceKey, a.keys.record(key), sinceKey, a.keys.unsettled!.index], args, true,
+    (x) => Number(x[0]) === 1 && x[4].toString() === 'claimed').then((r) => {
+    const fenced = localFence(a, fenceOf([r[0], r[1], r[2], r[3]]))
+    return fenced.accepted ? { fence: fenced, claim: localClaim(a, claimOf(r.slice(4) as ClaimReply)) } : { fence: fenced }
+  }, async (e) => {
+    if (e instanceof ReplicaShortfall) {
+      const x = e.result as AdmitReply
+      if (Number(x[0]) === 1) await giveBack(a, key, req, claimOf(x.slice(4) as ClaimReply))
     }
-  }
+    throw e
+  })
+}
+
+/** FENCE, then CLAIM when it accepted (two slots); with replicas the fence's WAIT runs alongside the claim. */
+async function admitOnCluster(a: Admission, fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
   const fenceArgs = [fenceReq.token.toString(), a.replicas ? '1' : '0', nowArg(a.clock, now)]
   const sent = a.replicas
     ? await a.writer.send<FenceReply>(SCRIPTS.fgFence, a.keys.fence(fenceReq.resource), fenceArgs, false)

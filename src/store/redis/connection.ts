@@ -18,9 +18,9 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { SLOTS, keySlot } from './keys.js'
-import { SCRIPTS, SEQUENCED, type Script } from './scripts.js'
+import { SCRIPTS, type Script } from './scripts.js'
 
-/** The scripts the store calls as ioredis commands by name (defineCommand: EVALSHA, EVAL again on NOSCRIPT); the others go through `Writer`. */
+/** The script the store calls as an ioredis command by name (defineCommand: EVALSHA, EVAL again on NOSCRIPT); the others go through `callScript`. */
 interface ScriptCommands {
   fgAudit(key: string, minId: string, ...entries: string[]): Promise<number>
 }
@@ -116,15 +116,29 @@ export function createClient(o: ClientOptions): Conn {
   } else {
     conn = new Redis(o.urls[0], oneServer) as Redis & ScriptCommands
   }
-  // one server: every script with the write sequence around it (./scripts.ts SEQUENCED)
-  for (const s of Object.values(o.cluster ? SCRIPTS : SEQUENCED)) conn.defineCommand(s.name, { numberOfKeys: s.keys, lua: s.lua })
+  conn.defineCommand(SCRIPTS.fgAudit.name, { numberOfKeys: SCRIPTS.fgAudit.keys, lua: SCRIPTS.fgAudit.lua })
   return conn
 }
 
-/** A script through the client's own routing (defineCommand: EVALSHA, EVAL after NOSCRIPT). */
+/**
+ * A script through the client's own routing: EVALSHA of `s` (the script as the server must run
+ * it: on one server the sequenced one, ./scripts.ts SEQUENCED), then EVAL when the server answers
+ * NOSCRIPT (restarted, or SCRIPT FLUSH). The arguments go in one array, built once: the request
+ * path calls this twice for every new key.
+ * @throws what Redis answered (a script's error reply, a connection error)
+ */
 export function callScript<T>(conn: Conn, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<T> {
-  const r = conn as unknown as Record<string, (...a: (string | Buffer)[]) => Promise<T>>
-  return r[buffer ? `${s.name}Buffer` : s.name](...keys, ...args)
+  const a: (string | Buffer | number)[] = [s.sha, keys.length]
+  for (let i = 0; i < keys.length; i++) a.push(keys[i])
+  for (let i = 0; i < args.length; i++) a.push(args[i])
+  // the named methods, not callBuffer: with auto-pipelining ioredis drops callBuffer's command name
+  const c = conn as unknown as Record<'evalsha' | 'evalshaBuffer' | 'eval' | 'evalBuffer', (a: (string | Buffer | number)[]) => Promise<T>>
+  const sent = buffer ? c.evalshaBuffer(a) : c.evalsha(a)
+  return sent.catch((e: Error) => {
+    if (!e?.message?.startsWith('NOSCRIPT')) throw e
+    a[0] = s.lua
+    return buffer ? c.evalBuffer(a) : c.eval(a)
+  })
 }
 
 /**

@@ -41,6 +41,8 @@ export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
 export type { RedisStoreOptions } from './options.js'
 
+const noop = (): void => {}
+
 export class RedisStore implements Store {
   readonly kind = 'redis' as const
   /** true when speaking to a Redis Cluster */
@@ -231,12 +233,12 @@ export class RedisStore implements Store {
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', async () => {
+    return this.#run('finish', () => {
       const status = done.kind === 'completed' ? String(done.response.status) : done.kind === 'not_stored' ? String(done.status) : ''
-      await this.#writer.write<number>('finish', SCRIPTS.fgFinish, this.#keys.recordKeys(key), [claimId, done.kind, nowArg(this.clock, now), String(Math.max(1, ttlMs)), status,
+      return this.#writer.write<number>('finish', SCRIPTS.fgFinish, this.#keys.recordKeys(key), [claimId, done.kind, nowArg(this.clock, now), String(Math.max(1, ttlMs)), status,
         done.kind === 'completed' ? JSON.stringify(done.response.headers) : '',
         done.kind === 'completed' ? done.response.body : '',
-        done.kind === 'unknown' ? done.reason : ''], false, (n) => Number(n) === 1)
+        done.kind === 'unknown' ? done.reason : ''], false, (n) => Number(n) === 1).then(noop)
     })
   }
 

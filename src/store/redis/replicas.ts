@@ -14,7 +14,7 @@
 import { Redis, type Cluster } from 'ioredis'
 import { StoreError } from '../types.js'
 import { callScript, onMaster, type Conn } from './connection.js'
-import type { Script, SequencedReply } from './scripts.js'
+import { SEQUENCED, type Script, type SequencedReply } from './scripts.js'
 import type { WriteSequence } from '../sequence.js'
 
 /** Fewer replicas than asked acknowledged a write in time (or the connection failed under the WAIT). */
@@ -84,22 +84,25 @@ export class Writer {
    * answers the script's own answer.
    * @throws StoreWentBack when the store's sequence is below this gateway's highest (nothing was written)
    */
-  async call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op = s.name): Promise<T> {
+  call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op = s.name): Promise<T> {
     const q = this.o.sequence
     if (!q) return callScript<T>(this.redis, s, keys, args, buffer)
     const seen = q.seen.seen
-    try {
-      const [n, r] = await callScript<SequencedReply<T>>(this.redis, s, [...keys, ...q.keys], [...args, seen > 0n ? seen.toString() : ''], buffer)
+    const k = keys.slice()
+    k.push(q.keys[0], q.keys[1])
+    const a = args.slice()
+    a.push(seen > 0n ? seen.toString() : '')
+    return callScript<SequencedReply<T>>(this.redis, SEQUENCED[s.name as keyof typeof SEQUENCED], k, a, buffer).then(([n, r]) => {
       // with replicas a sequence counts once a WAIT covered it: a write the replicas never
       // acknowledged may be lost in a failover without anything acknowledged being lost
       if (this.o.replicas === 0) q.seen.saw(n.toString())
       else if (BigInt(n.toString()) > this.#answered) this.#answered = BigInt(n.toString())
       return r
-    } catch (e) {
-      const back = /^FGBACK (\d+)/.exec((e as Error).message ?? '')
+    }, (e: Error) => {
+      const back = /^FGBACK (\d+)/.exec(e?.message ?? '')
       if (back) throw q.seen.wentBack(op, `sequence ${back[1]} after ${seen} was seen`, { signal: 'sequence', now: back[1], was: seen.toString() })
       throw e
-    }
+    })
   }
 
   /**
@@ -108,8 +111,12 @@ export class Writer {
    * on that same connection.
    * @throws ReplicaShortfall when fewer replicas acknowledged; `result` is then what the script did
    */
-  async write<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, durable: (r: T) => boolean): Promise<T> {
+  write<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, durable: (r: T) => boolean): Promise<T> {
     if (this.o.replicas === 0) return this.call<T>(s, keys, args, buffer, op)
+    return this.#writeAcked(op, s, keys, args, buffer, durable)
+  }
+
+  async #writeAcked<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, durable: (r: T) => boolean): Promise<T> {
     const { conn, result } = await this.send<T>(s, keys, args, buffer)
     if (durable(result)) await this.acked(op, conn, result)
     return result
