@@ -75,14 +75,6 @@ export async function migrateStore(config: Config['store']): Promise<string> {
 /** True for a StoreError of a call that never left this process: it wrote nothing. */
 const unsent = (e: unknown): boolean => e instanceof StoreError && e.unsent
 
-/** `p`, or a StoreError after `ms`: one promise and one timer per call (no race, no finally). */
-function withTimeout<T>(p: Promise<T>, ms: number, op: string): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new StoreError(`store did not answer ${op} within ${ms} ms`, op)), ms)
-    p.then((v) => { clearTimeout(timer); resolve(v) }, (e) => { clearTimeout(timer); reject(e) })
-  })
-}
-
 /** How often a full store, or one dropping entries the operator let it drop, is logged: once a minute. */
 const FULL_LOG_MS = 60_000
 
@@ -112,7 +104,6 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
       if (rarely('attempts evicted')) log.warn('the memory store\'s attempt log is full and drops its oldest entries within audit.retention (store.acceptRisks: maxAttempts)', { store: kind })
     },
   )
-  const bounded = inner.inProcess ? <T>(p: Promise<T>) => p : <T>(p: Promise<T>, op: string) => withTimeout(p, timeoutMs, op)
   // each operation's duration child, so a call does not hash its labels (prom-client does per labels object)
   const durations = new Map<string, { observe(v: number): void }>()
   const traced = tracingOn()
@@ -121,26 +112,52 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     if (h === undefined) durations.set(op, h = histogramSeries(metrics.storeDuration, kind, op))
     return h
   }
-  const call = async <T>(op: string, fn: () => Promise<T>): Promise<T> => {
-    const started = performance.now()
-    try {
-      return await bounded(fn(), op)
-    } catch (e) {
-      metrics.storeErrors.inc({ store: kind, op })
-      const now = Date.now()
-      if (e instanceof StoreFull) {
-        metrics.storeFull.inc({ store: kind, limit: e.limit })
-        if (rarely(e.limit, now)) log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
-      } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
-        lastLogged.set(op, now)
-        log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
-      }
-      throw e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
-    } finally {
-      const seconds = (performance.now() - started) / 1000
-      if (traced) metrics.storeDuration.observe({ store: kind, op }, seconds) // with its exemplar
-      else duration(op).observe(seconds)
+  const observe = (op: string, started: number) => {
+    const seconds = (performance.now() - started) / 1000
+    if (traced) metrics.storeDuration.observe({ store: kind, op }, seconds) // with its exemplar
+    else duration(op).observe(seconds)
+  }
+  const failed = (op: string, e: unknown): StoreError => {
+    metrics.storeErrors.inc({ store: kind, op })
+    const now = Date.now()
+    if (e instanceof StoreFull) {
+      metrics.storeFull.inc({ store: kind, limit: e.limit })
+      if (rarely(e.limit, now)) log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
+    } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
+      lastLogged.set(op, now)
+      log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
     }
+    return e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
+  }
+  // One promise a call, which times it, bounds it (a store out of process: a timer) and turns a
+  // failure into a counted StoreError: every request makes one to three of these.
+  const call = <T>(op: string, fn: () => Promise<T>): Promise<T> => {
+    const started = performance.now()
+    return new Promise<T>((resolve, reject) => {
+      let done = false
+      const timer = inner.inProcess ? undefined : setTimeout(() => {
+        done = true
+        observe(op, started)
+        reject(failed(op, new StoreError(`store did not answer ${op} within ${timeoutMs} ms`, op)))
+      }, timeoutMs)
+      // an answer after the timeout is not measured again: the caller had its StoreError
+      const settle = (ok: boolean, v: unknown) => {
+        if (done) return
+        done = true
+        if (timer !== undefined) clearTimeout(timer)
+        observe(op, started)
+        if (ok) resolve(v as T)
+        else reject(failed(op, v))
+      }
+      let p: Promise<T>
+      try {
+        p = fn()
+      } catch (e) {
+        settle(false, e)
+        return
+      }
+      p.then((v) => settle(true, v), (e) => settle(false, e))
+    })
   }
   // claims never used, given back by their id until the store takes them (./give-back.ts)
   const giveBacks = new GiveBacks((key, claimId) => call('release', () => inner.release(key, claimId)), log, kind)

@@ -11,7 +11,7 @@
 import { randomUUID } from 'node:crypto'
 import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from './record-state.js'
 import { recordId } from './record-state.js'
-import { storeCall } from './call.js'
+import { closedError, storeError } from './call.js'
 import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
 import { MemoryAuditLog } from './attempt-log/memory.js'
 import type { OlderWrites, Registration } from './types.js'
@@ -103,7 +103,12 @@ export class MemoryStore implements Store {
    * @throws StoreError after `close()`, or when the section threw (capacity, or a bug)
    */
   #call<T>(op: string, fn: () => T): Promise<T> {
-    return storeCall('memory', op, this.#closed, async () => fn())
+    if (this.#closed) return Promise.reject(closedError(op))
+    try {
+      return Promise.resolve(fn())
+    } catch (e) {
+      return Promise.reject(storeError('memory', op, e))
+    }
   }
 
   /** This process's write sequence (./sequence.ts); a process's memory never goes back, but the suite holds every store to the refusal. */
