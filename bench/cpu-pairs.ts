@@ -8,9 +8,10 @@
  *   node dist/bench/cpu-pairs.js A B [--store memory|sqlite|redis|postgres] [--scenario plain|unique|replay]
  *        [--rounds 5] [--seconds 4] [--pin]
  *
- * A target is `floor` (./floor-proxy.ts), `store-floor` (./store-floor.ts: the store's work
- * with no request path), `fencegate`, or either of the last two of another built checkout as
- * `fencegate:DIR`, `store-floor:DIR`. `--pin` puts the targets on core 1 and wrk and nginx on
+ * A target is `floor` (./floor-proxy.ts), `answer:N` (./answer-floor.ts: a server answering the
+ * upstream's 201 itself after N µs of its own work), `store-floor` (./store-floor.ts: the store's
+ * work with no request path), `fencegate`, or either of the last two of another built checkout
+ * as `fencegate:DIR`, `store-floor:DIR`. `--pin` puts the targets on core 1 and wrk and nginx on
  * core 0 (taskset): steadier, but not how the shared benchmark runs. Needs wrk and nginx on PATH.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
@@ -70,7 +71,7 @@ function load(t: Target, secs: number): { us: number; requests: number; non2xx: 
 }
 
 async function startTarget(spec: string, tag: string, upstream: string): Promise<Target> {
-  const [kind, where] = spec.includes(':') ? [spec.slice(0, spec.indexOf(':')), resolve(spec.slice(spec.indexOf(':') + 1))] : [spec, here]
+  const [kind, where] = spec.includes(':') && !spec.startsWith('answer') ? [spec.slice(0, spec.indexOf(':')), resolve(spec.slice(spec.indexOf(':') + 1))] : [spec.split(':')[0], here]
   const port = await freePort(), admin = await freePort()
   const storeBlock: Record<string, string> = {
     memory: 'kind: memory\n  maxRecords: 10000000', // a unique run never fills it: refusals would be cheaper than forwards
@@ -83,10 +84,11 @@ async function startTarget(spec: string, tag: string, upstream: string): Promise
   - name: plain\n    match:\n      path: /plain/*\n    upstream:\n      url: ${upstream}
   - name: payments\n    match:\n      path: /accounts/:account/*\n    upstream:\n      url: ${upstream}\n    fencing:\n      resource: "account:{param.account}"\n    idempotency:\n      required: true\n`)
   const args = kind === 'floor' ? [join(here, 'dist/bench/floor-proxy.js'), upstream, String(port)]
+    : kind === 'answer' ? [join(here, 'dist/bench/answer-floor.js'), spec.slice(spec.indexOf(':') + 1) || '0', String(port)]
     : kind === 'store-floor' ? [join(where, 'dist/bench/store-floor.js'), yaml, upstream, String(port)]
       : kind === 'fencegate' ? [join(where, 'dist/src/cli.js'), '--config', yaml]
         : undefined
-  if (!args) throw new Error(`a target is floor, store-floor[:DIR] or fencegate[:DIR], not ${spec}`)
+  if (!args) throw new Error(`a target is floor, answer[:WORK_US], store-floor[:DIR] or fencegate[:DIR], not ${spec}`)
   const [cmd, a] = onCore(1, process.execPath, args)
   const child = spawn(cmd, a, { cwd: dir, stdio: ['pipe', 'ignore', openSync(join(dir, `${tag}.log`), 'w')] })
   kids.push(child)
