@@ -205,4 +205,27 @@ describe('RedisStore', () => {
       await dropPrefix(`{fg:${p}:*`)
     }
   })
+
+  test('after SCRIPT FLUSH (a restarted server, or an operator) each script is sent again as EVAL: fence, claim, finish and replay answer as before', async () => {
+    const p = `${run}-noscript`
+    const s = await RedisStore.open({ url: URL, keyPrefix: p, clock: 'caller' })
+    try {
+      await admin.script('FLUSH')
+      const first = await s.admit({ resource: 'account:ns', token: 3n }, key('ns-1'), req('c1'), T0)
+      expect(first.fence.accepted).toBe(true)
+      expect(first.claim).toEqual({ kind: 'claimed' })
+      await admin.script('FLUSH')
+      await s.finish(key('ns-1'), 'c1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
+      await admin.script('FLUSH')
+      const again = await s.admit({ resource: 'account:ns', token: 3n }, key('ns-1'), req('c2'), T0 + 2)
+      expect(again.claim).toMatchObject({ kind: 'completed', response: { status: 201 } })
+      expect((again.claim as { response: { body: Buffer } }).response.body).toEqual(sampleResponse().body)
+      const stale = await s.admit({ resource: 'account:ns', token: 2n }, key('ns-2'), req('c3'), T0 + 3)
+      expect(stale.fence.accepted).toBe(false)
+      expect(stale.claim).toBeUndefined()
+    } finally {
+      await s.close()
+      await dropPrefix(`{fg:${p}:*`)
+    }
+  })
 })
