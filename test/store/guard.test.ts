@@ -50,6 +50,18 @@ describe('guardStore: a call slower than store.timeout', () => {
     expect(log.error.mock.calls[0][1]).toMatchObject({ store: 'redis', op: 'claim', error: `store did not answer claim within ${TIMEOUT_MS} ms` })
   })
 
+  test('an answer after the timeout, an error or not, is neither counted nor measured again', async () => {
+    const inner = new Scripted()
+    const store = guard(inner)
+    await timedOut(() => store.claim(key(), req('late-a'), T0), 'claim')
+    await timedOut(() => store.claim(key('key-2'), req('late-b'), T0), 'claim')
+    inner.held[0].fail(new Error('ECONNRESET'))
+    inner.held[1].answer({ kind: 'claimed' })
+    await settle()
+    expect(metrics.storeErrors.inc).toHaveBeenCalledTimes(2)
+    expect(metrics.storeDuration.observe.mock.calls.filter((c) => c[0].op === 'claim')).toHaveLength(2)
+  })
+
   test('an outage logs once a second per op, and counts every failed call', async () => {
     const store = guard(new Scripted())
     await timedOut(() => store.claim(key(), req('c1'), T0), 'claim')
