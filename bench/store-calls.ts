@@ -6,8 +6,9 @@
  * more: it tells a change in the store's client path from noise.
  *
  * With `--raw` (Redis only) the same two scripts go out through ioredis alone — EVALSHA of the
- * sequenced ADMIT and FINISH with the same keys and arguments, auto-pipelined — so the gap
- * between the two figures is fencegate's store code and the rest is the client library's.
+ * sequenced ADMIT and FINISH with the same keys and arguments, on a client set up as the
+ * store's — so the gap between the two figures is fencegate's store code and the rest is the
+ * client library's.
  *
  *   node dist/bench/store-calls.js CONFIG.yaml [--raw] [--keys 60000]
  *
@@ -49,7 +50,7 @@ if (!raw) {
   }
   close = () => store.close()
 } else {
-  const redis = new Redis(config.store.url!, { enableAutoPipelining: true })
+  const redis = new Redis(config.store.url!, { enableAutoPipelining: false }) // as the store's own client (one server)
   const admit = await redis.script('LOAD', SEQUENCED.fgAdmit.lua) as string
   const finish = await redis.script('LOAD', SEQUENCED.fgFinish.lua) as string
   const k = (s: string) => `{fg:${prefix}:${s}}`

@@ -52,8 +52,11 @@ export function createClient(o: ClientOptions): Conn {
     lazyConnect: true,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
-    // commands issued in the same tick by concurrent requests share one write to the socket
-    enableAutoPipelining: true,
+    // each command written when it is made: auto-pipelining (one write per turn for the commands
+    // of concurrent requests) cost more CPU than the writes it saves — a promise, a callback and
+    // a Pipeline entry per command; 45 against 33 µs for a new key's two calls, 50 in flight
+    // (bench/store-calls.ts), 0.93-0.96 of a new key's whole CPU under load (docs/performance.md)
+    enableAutoPipelining: false,
     connectTimeout: o.connectTimeoutMs,
     retryStrategy,
     // a replica that became read-only after a failover: reconnect so we reach the new primary
@@ -131,7 +134,7 @@ export function callScript<T>(conn: Conn, s: Script, keys: string[], args: (stri
   const a: (string | Buffer | number)[] = [s.sha, keys.length]
   for (let i = 0; i < keys.length; i++) a.push(keys[i])
   for (let i = 0; i < args.length; i++) a.push(args[i])
-  // the named methods, not callBuffer: with auto-pipelining ioredis drops callBuffer's command name
+  // the named methods, not callBuffer: with auto-pipelining (a cluster's) ioredis drops callBuffer's command name
   const c = conn as unknown as Record<'evalsha' | 'evalshaBuffer' | 'eval' | 'evalBuffer', (a: (string | Buffer | number)[]) => Promise<T>>
   const sent = buffer ? c.evalshaBuffer(a) : c.evalsha(a)
   return sent.catch((e: Error) => {
