@@ -335,10 +335,10 @@ return n
 `
 
 /**
- * A script: `name` is its ioredis command (defineCommand), `keys` how many of its arguments are
- * keys on a cluster, `indexed` when one server adds the index of unsettled records after them
- * (KeyNames.recordKeys); `sha` is what EVALSHA names it by when the store sends it itself (EVAL
- * after NOSCRIPT).
+ * A script: `name` names it (its SEQUENCED form on one server; the attempt log's is an ioredis
+ * command by that name), `keys` how many of its arguments are keys on a cluster, `indexed` when
+ * one server adds the index of unsettled records after them (KeyNames.recordKeys); `sha` is what
+ * EVALSHA names it by (./connection.ts `callScript`, EVAL after NOSCRIPT).
  */
 export interface Script { name: string; lua: string; sha: string; keys: number; indexed?: boolean }
 const script = (name: string, lua: string, keys: number, indexed = false): Script =>
