@@ -71,7 +71,10 @@ function load(t: Target, secs: number): { us: number; requests: number; non2xx: 
 }
 
 async function startTarget(spec: string, tag: string, upstream: string): Promise<Target> {
-  const [kind, where] = spec.includes(':') && !spec.startsWith('answer') ? [spec.slice(0, spec.indexOf(':')), resolve(spec.slice(spec.indexOf(':') + 1))] : [spec.split(':')[0], here]
+  // KIND or KIND:ARG — a checkout's folder for fencegate and store-floor, µs of work for answer
+  const colon = spec.indexOf(':')
+  const kind = colon < 0 ? spec : spec.slice(0, colon), arg = colon < 0 ? '' : spec.slice(colon + 1)
+  const where = arg && kind !== 'answer' ? resolve(arg) : here
   const port = await freePort(), admin = await freePort()
   const storeBlock: Record<string, string> = {
     memory: 'kind: memory\n  maxRecords: 10000000', // a unique run never fills it: refusals would be cheaper than forwards
@@ -84,7 +87,7 @@ async function startTarget(spec: string, tag: string, upstream: string): Promise
   - name: plain\n    match:\n      path: /plain/*\n    upstream:\n      url: ${upstream}
   - name: payments\n    match:\n      path: /accounts/:account/*\n    upstream:\n      url: ${upstream}\n    fencing:\n      resource: "account:{param.account}"\n    idempotency:\n      required: true\n`)
   const args = kind === 'floor' ? [join(here, 'dist/bench/floor-proxy.js'), upstream, String(port)]
-    : kind === 'answer' ? [join(here, 'dist/bench/answer-floor.js'), spec.slice(spec.indexOf(':') + 1) || '0', String(port)]
+    : kind === 'answer' ? [join(here, 'dist/bench/answer-floor.js'), arg || '0', String(port)]
     : kind === 'store-floor' ? [join(where, 'dist/bench/store-floor.js'), yaml, upstream, String(port)]
       : kind === 'fencegate' ? [join(where, 'dist/src/cli.js'), '--config', yaml]
         : undefined

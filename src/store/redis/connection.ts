@@ -130,7 +130,7 @@ export function createClient(o: ClientOptions): Conn {
  * path calls this twice for every new key.
  * @throws what Redis answered (a script's error reply, a connection error)
  */
-export function callScript<T>(conn: Conn, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<T> {
+export function callScript<T>(conn: Redis | Cluster, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<T> {
   const a: (string | Buffer | number)[] = [s.sha, keys.length]
   for (let i = 0; i < keys.length; i++) a.push(keys[i])
   for (let i = 0; i < args.length; i++) a.push(args[i])
@@ -240,24 +240,13 @@ export async function onMaster<T>(cluster: Cluster, s: Script, keys: string[], a
  * `ASKING` + EVAL in one pipeline (ASKING holds for the next command only).
  */
 async function evalOn<T>(conn: Redis, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, asking: boolean): Promise<T> {
-  const call = (cmd: 'EVALSHA' | 'EVAL') => {
-    const a = [cmd === 'EVALSHA' ? s.sha : s.lua, String(keys.length), ...keys, ...args]
-    return (buffer ? conn.callBuffer(cmd, a) : conn.call(cmd, a)) as Promise<T>
-  }
-  if (asking) {
-    const p = conn.pipeline().asking()
-    const a = [s.lua, String(keys.length), ...keys, ...args]
-    if (buffer) p.callBuffer('EVAL', a)
-    else p.call('EVAL', a)
-    const replies = (await p.exec()) ?? []
-    const [err, value] = replies[1] ?? [new Error('no reply to EVAL after ASKING')]
-    if (err) throw err
-    return value as T
-  }
-  try {
-    return await call('EVALSHA')
-  } catch (e) {
-    if (!(e as Error).message.startsWith('NOSCRIPT')) throw e
-    return call('EVAL')
-  }
+  if (!asking) return callScript<T>(conn, s, keys, args, buffer)
+  const p = conn.pipeline().asking()
+  const a = [s.lua, String(keys.length), ...keys, ...args]
+  if (buffer) p.callBuffer('EVAL', a)
+  else p.call('EVAL', a)
+  const replies = (await p.exec()) ?? []
+  const [err, value] = replies[1] ?? [new Error('no reply to EVAL after ASKING')]
+  if (err) throw err
+  return value as T
 }

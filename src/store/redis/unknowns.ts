@@ -20,7 +20,7 @@
 import type { Cluster, Redis } from 'ioredis'
 import { asReason } from '../replies.js'
 import type { UnknownRecord } from '../types.js'
-import { masters, type Conn } from './connection.js'
+import { callScript, masters, type Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 import { REINDEX_SCRIPT } from './scripts.js'
 
@@ -92,10 +92,7 @@ async function reindex(r: Redis, keys: KeyNames, others: bigint): Promise<void> 
     const [next, names] = await r.scan(cursor, 'MATCH', keys.records(), 'COUNT', 1000)
     cursor = next
     if (!names.length) continue
-    await r.evalsha(REINDEX_SCRIPT.sha, names.length + 1, ix.index, ...names).catch((e: Error) => {
-      if (!e.message.startsWith('NOSCRIPT')) throw e
-      return r.eval(REINDEX_SCRIPT.lua, names.length + 1, ix.index, ...names)
-    })
+    await callScript(r, REINDEX_SCRIPT, [ix.index, ...names], [], false)
   } while (cursor !== '0')
   await r.set(ix.built, others.toString())
 }
