@@ -220,12 +220,13 @@ export interface ChildGateway {
 }
 
 /** Starts the CLI as a child process with the config file given; resolves once /readyz is 200. */
-export async function spawnGateway(configPath: string, port: number, adminPort: number, logPath: string, args: string[] = [], launch: { prefix?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<ChildGateway> {
+export async function spawnGateway(configPath: string, port: number, adminPort: number, logPath: string, args: string[] = [], launch: { prefix?: string[]; env?: NodeJS.ProcessEnv; nodeArgs?: string[] } = {}): Promise<ChildGateway> {
   const fd = openSync(logPath, 'a')
   // `launch.prefix`: a command the gateway runs under; `stop` signals that command, so it must exec
   // the gateway rather than fork it (the `faketime` command forks: use ./faketime.ts instead)
   const [command, ...before] = [...(launch.prefix ?? []), process.execPath]
-  const child = spawn(command, [...before, CLI, '--config', configPath, ...args], { stdio: ['ignore', fd, fd], env: launch.env ? { ...process.env, ...launch.env } : undefined })
+  // `launch.nodeArgs`: node's own options (V8 flags), given before the script as the image does
+  const child = spawn(command, [...before, ...(launch.nodeArgs ?? []), CLI, '--config', configPath, ...args], { stdio: ['ignore', fd, fd], env: launch.env ? { ...process.env, ...launch.env } : undefined })
   closeSync(fd)
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
   const adminUrl = `http://127.0.0.1:${adminPort}`
