@@ -112,6 +112,9 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       metrics.storeUp.set({ store: store.kind }, 1)
       await watch?.check()
       if (watch?.lost) return lostReply()
+      const refused = store.writeRefused?.()
+      // still ready: replays and stale-token refusals are answered; new keys get 503
+      if (refused) return c.json({ status: 'ready', store: store.kind, disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })
       return c.json({ status: 'ready', store: store.kind })
     } catch (e) {
       // a check that met a store gone back in time (src/store/sequence.ts) marked the loss

@@ -132,6 +132,7 @@ const FULL: Record<string, (max: number) => string> = {
   max_records: (max) => `The store holds its limit of ${max} unexpired idempotency records (store.maxRecords) and forgets none before its ttl, so this request's new key cannot be recorded; nothing was forwarded. Raise store.maxRecords, shorten idempotency.ttl, or use a store on disk.`,
   max_resources: (max) => `The store holds its limit of ${max} fencing resources (store.maxResources) and never forgets a high-water mark, so this request's new resource cannot be fenced; nothing was forwarded. Raise store.maxResources, or use a store on disk.`,
   max_attempts: (max) => `The store's attempt log holds its limit of ${max} entries (store.maxAttempts); nothing was forwarded.`,
+  disk: () => 'The store\'s disk refuses writes (full, or read-only), so this request\'s new state cannot be recorded; nothing was forwarded. Replays of stored keys and refusals of stale tokens are still answered.',
 }
 
 /**
@@ -142,7 +143,7 @@ const FULL: Record<string, (max: number) => string> = {
 export function storeUnavailable(e?: StoreRefusal): Problem {
   const { name, limit, max, until } = e ?? {}
   if (name === 'StoreFull' && limit !== undefined && max !== undefined && FULL[limit]) {
-    const wait = until === undefined ? 60 : Math.max(1, Math.ceil((until - Date.now()) / 1000))
+    const wait = limit === 'disk' ? 5 : until === undefined ? 60 : Math.max(1, Math.ceil((until - Date.now()) / 1000))
     return new Problem('store-unavailable', FULL[limit](max), { limit, max }, { 'retry-after': String(wait) })
   }
   return new Problem('store-unavailable', 'The gateway cannot reach its store, so it cannot check this request; nothing was forwarded.', {}, { 'retry-after': '1' })

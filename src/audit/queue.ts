@@ -34,7 +34,7 @@ export class AuditQueue {
   #queue: AuditEntry[] = []
   #scheduled = false
   #writing: Promise<void> | undefined
-  #lastError = 0
+  #lastError = -Infinity
   #lastFull = -Infinity
 
   constructor(log: AuditLog, options: AuditQueueOptions = {}) {
@@ -88,7 +88,7 @@ export class AuditQueue {
           await this.#log.append(batch)
         } catch (e) {
           const now = Date.now()
-          if (e instanceof StoreFull) {
+          if (e instanceof StoreFull && e.limit !== 'disk') {
             this.#dropped?.inc({ reason: 'log_full' }, e.refused)
             if (now - this.#lastFull >= 60_000) {
               this.#lastFull = now
@@ -97,7 +97,8 @@ export class AuditQueue {
             continue
           }
           this.#dropped?.inc({ reason: 'store_error' }, batch.length)
-          if (now - this.#lastError >= 1000) {
+          // a full disk lasts: its cause once a minute, any other failure once a second
+          if (now - this.#lastError >= (e instanceof StoreFull ? 60_000 : 1000)) {
             this.#lastError = now
             this.#logger?.error('attempt log entries not written; dropped', { count: batch.length, error: (e as Error).message })
           }

@@ -28,12 +28,13 @@ export class StoreError extends TracelessError {
 }
 
 /** Which limit a full store reached (the `limit` label of `fencegate_store_full_total`). */
-export type StoreLimit = 'max_records' | 'max_resources' | 'max_attempts'
+export type StoreLimit = 'max_records' | 'max_resources' | 'max_attempts' | 'disk'
 
 /**
  * The store holds as many unexpired entries as it may (the memory store's `store.maxRecords`,
  * `store.maxResources`, `store.maxAttempts`) and refuses a new one rather than forget one before
- * its time: the request fails closed (503 store-unavailable, the detail naming the limit).
+ * its time, or its disk refuses writes (SQLite: limit `disk`, `max` 0): the request fails closed
+ * (503 store-unavailable, the detail naming the limit).
  */
 export class StoreFull extends StoreError {
   constructor(

@@ -122,7 +122,9 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     const now = Date.now()
     if (e instanceof StoreFull) {
       metrics.storeFull.inc({ store: kind, limit: e.limit })
-      if (rarely(e.limit, now)) log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
+      if (!rarely(e.limit, now)) { /* logged this minute */ }
+      else if (e.limit === 'disk') log.error('the store\'s disk refuses writes: requests that need new state are refused (503); replays and stale-token refusals are still answered', { store: kind, op, limit: e.limit, error: e.message })
+      else log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
     } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
       lastLogged.set(op, now)
       log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
@@ -188,6 +190,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     kind,
     inProcess: inner.inProcess,
     sequence: inner.sequence,
+    writeRefused: inner.writeRefused?.bind(inner),
     retireEpoch: (note) => call('retire_epoch', () => inner.retireEpoch(note)),
     // read at each use: a store that connects late (./late.ts) has none before it connects
     get clock() { return inner.clock },

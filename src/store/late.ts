@@ -107,6 +107,7 @@ export function lateStore(kind: Store['kind'], open: () => Promise<Store>, log: 
       // optional and synchronous: a stand-in has nothing to watch (only the in-process memory
       // store evicts, and it is never opened late), so it must not answer with a rejection
       if (prop === 'watchEvictions') return inner?.watchEvictions?.bind(inner)
+      if (prop === 'writeRefused') return () => inner?.writeRefused?.()
       if (prop === 'audit') return audit
       if (prop === 'close') {
         return async () => {

@@ -244,6 +244,13 @@ export interface Store {
    */
   retireEpoch(note: LossNote): Promise<void>
   /**
+   * The last write the store's own disk refused (SQLite: SQLITE_FULL on a full disk,
+   * SQLITE_READONLY, SQLITE_IOERR_*) when it came within the last minute, else undefined; absent
+   * on stores without a disk of their own. Read by `/readyz` and `fencegate doctor`; checked in
+   * test/disk-full.test.ts.
+   */
+  writeRefused?(): WriteRefusal | undefined
+  /**
    * Answers when the store can serve requests; rejects with StoreError when not. The suite checks
    * an open store and a closed one; a store that is down, test/store-faults.test.ts.
    */
@@ -255,6 +262,13 @@ export interface Store {
    * `audit_timeline`, `audit_fenced`) included.
    */
   close(): Promise<void>
+}
+
+/** See `Store.writeRefused`: SQLite's code (`SQLITE_FULL`, …), its message, and when, epoch ms. */
+export interface WriteRefusal {
+  code: string
+  message: string
+  at: number
 }
 
 /** See `Store.markers`. */

@@ -21,6 +21,7 @@ import type { Database as Db, Statement, Transaction } from 'better-sqlite3'
 import { storeCall } from '../call.js'
 import { auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog, TimelineFilter } from '../attempt-log/types.js'
+import { refusesWrites } from './disk.js'
 import { busyWhy, isBusy, nextPause, Soon } from './busy.js'
 import { AUDIT, AUDIT_TABLE } from './sql.js'
 
@@ -48,6 +49,8 @@ export interface LogHost {
   read<T>(op: string, fn: () => T): Promise<T>
   /** ends a transaction a failed statement left open */
   rollback(): void
+  /** what an append fails with when the disk refused its write (`e`: SQLite's error) */
+  refusal(op: string, e: unknown): unknown
 }
 
 /** One `append` call waiting for its log transaction. */
@@ -111,7 +114,8 @@ export class SqliteAttemptLog implements AuditLog {
   append(batch: readonly AuditEntry[]): Promise<void> {
     const queued = performance.now()
     return storeCall('sqlite', 'audit_append', this.#host.closed(), () => new Promise<void>((resolve, reject) => {
-      this.#queue.push({ entries: batch, resolve, reject, queued })
+      const refused = (e: unknown) => reject(refusesWrites(e) ? this.#host.refusal('audit_append', e) : e)
+      this.#queue.push({ entries: batch, resolve, reject: refused, queued })
       if (!this.#soon.pending) this.#soon.schedule()
     }), (e) => busyWhy(e, queued))
   }

@@ -3,10 +3,13 @@
  * one `BEGIN IMMEDIATE` transaction, in the order they were asked, and their promises settle only
  * after the COMMIT (nothing is acknowledged before it is durable). A batch that finds the file
  * locked by another process is rolled back and put back at the head of the queue, ahead of any
- * call made since, and tried again after a pause (./busy.ts).
+ * call made since, and tried again after a pause (./busy.ts). A batch the disk refused (./disk.ts)
+ * is run again call by call on reads alone: a call whose decision needs no write is answered, one
+ * that needs a write fails with the disk's refusal.
  */
 import type { Database as Db } from 'better-sqlite3'
 import { isBusy, nextPause, Soon } from './busy.js'
+import { refusesWrites, triedToWrite } from './disk.js'
 
 /** One request-path write waiting for the next group commit. */
 interface Pending {
@@ -15,6 +18,8 @@ interface Pending {
   reject: (e: unknown) => void
   /** performance.now() when the call was made */
   queued: number
+  /** the store operation, named in a disk refusal */
+  op: string
   /** set inside the batch transaction, settled after COMMIT */
   result?: { ok: true; value: unknown } | { ok: false; error: unknown }
 }
@@ -29,6 +34,10 @@ export interface GroupCommitHooks {
   settled(): void
   /** ends a transaction a failed statement left open */
   rollback(): void
+  /** before a batch the disk refused is run on reads alone (the write sequence's check, no advance) */
+  check(): void
+  /** what a call `op` fails with when the disk refused the write it needs (`e`: SQLite's error) */
+  refusal(op: string, e: unknown): unknown
 }
 
 export class GroupCommit {
@@ -39,6 +48,8 @@ export class GroupCommit {
   #pause = 0
   readonly #db: Db
   readonly #batchTx: (batch: Pending[]) => void
+  /** one call in a read transaction, under `PRAGMA query_only` */
+  readonly #readTx: (run: () => unknown) => unknown
 
   /** @param busyTimeoutMs how long a call may wait for another process's lock, ms */
   constructor(db: Db, private readonly busyTimeoutMs: number, private readonly hooks: GroupCommitHooks) {
@@ -56,6 +67,7 @@ export class GroupCommit {
         }
       }
     }).immediate
+    this.#readTx = db.transaction((run: () => unknown) => run()).deferred
   }
 
   /** whether writes wait for the next group commit */
@@ -67,10 +79,11 @@ export class GroupCommit {
    * Queues `run` for the next group commit; settles after its COMMIT with what `run` returned or
    * threw, unwrapped (SQLITE_BUSY once `busyTimeoutMs` since `queued` has passed).
    * @param queued performance.now() when the call was made
+   * @param op the store operation, named in a disk refusal
    */
-  add<T>(run: () => T, queued: number): Promise<T> {
+  add<T>(run: () => T, queued: number, op: string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.#pending.push({ run, resolve: resolve as (v: unknown) => void, reject, queued })
+      this.#pending.push({ run, resolve: resolve as (v: unknown) => void, reject, queued, op })
       if (!this.#soon.pending) this.#soon.schedule()
     })
   }
@@ -86,6 +99,7 @@ export class GroupCommit {
     } catch (e) {
       this.hooks.rollback()
       if (isBusy(e)) return this.#wait(batch, e)
+      if (refusesWrites(e)) return this.#readOnly(batch, e)
       // the commit (or BEGIN) failed: nothing of the batch is durable, so nothing is acknowledged
       for (const p of batch) p.reject(e)
       this.hooks.settled()
@@ -119,6 +133,36 @@ export class GroupCommit {
     this.#pause = nextPause(this.#pause)
     // the queue is in the order the calls were made: the first one's time runs out first
     this.#soon.schedule(Math.max(0, Math.min(this.#pause, this.#pending[0].queued + this.busyTimeoutMs - now)))
+  }
+
+  /**
+   * The disk refused the batch (nothing of it is durable): each call runs again alone on reads,
+   * and is answered when it wrote nothing; a call that needs a write fails with the refusal.
+   */
+  #readOnly(batch: Pending[], e: unknown): void {
+    const db = this.#db
+    try {
+      this.hooks.check()
+    } catch (wentBack) {
+      for (const p of batch) p.reject(wentBack)
+      return this.hooks.settled()
+    }
+    db.pragma('query_only = ON')
+    try {
+      for (const p of batch) {
+        let value: unknown
+        try {
+          value = this.#readTx(p.run)
+        } catch (inner) {
+          p.reject(triedToWrite(inner) || refusesWrites(inner) ? this.hooks.refusal(p.op, e) : inner)
+          continue
+        }
+        p.resolve(value)
+      }
+    } finally {
+      db.pragma('query_only = OFF')
+    }
+    this.hooks.settled()
   }
 
   /** Commits what is queued (or fails it once its time is up), while the file is open. */

@@ -34,6 +34,7 @@ import { busyWhy, retryWhileBusy } from './busy.js'
 import { META } from './sql.js'
 import { openFile } from './file.js'
 import { GroupCommit } from './group-commit.js'
+import { DiskWatch } from './disk.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
 import { WriteSequence } from '../sequence.js'
@@ -107,6 +108,8 @@ export class SqliteStore implements Store {
       committed: () => this.sequence.saw(this.#advanced),
       settled: () => this.#log.kick(),
       rollback: () => this.#rollback(),
+      check: () => this.#check('write'),
+      refusal: (op, e) => this.disk.refusal(op, e),
     })
     this.#pingTx = db.transaction(() => {}).immediate
     this.#resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number) => {
@@ -132,6 +135,7 @@ export class SqliteStore implements Store {
       writesWaiting: () => this.#commits.waiting,
       read: (op, fn) => this.#run(op, fn),
       rollback: () => this.#rollback(),
+      refusal: (op, e) => this.disk.refusal(op, e),
     })
     if (reapIntervalMs > 0) {
       this.#reaper = setInterval(() => { try { this.reap(Date.now()) } catch { /* next round */ } }, reapIntervalMs)
@@ -155,8 +159,11 @@ export class SqliteStore implements Store {
    */
   #write<T>(op: string, run: () => T): Promise<T> {
     const queued = performance.now()
-    return storeCall('sqlite', op, this.#closed, () => this.#commits.add(run, queued), (e) => busyWhy(e, queued))
+    return storeCall('sqlite', op, this.#closed, () => this.#commits.add(run, queued, op), (e) => busyWhy(e, queued))
   }
+
+  /** the disk's last refusal of a write (./disk.ts), for /readyz and `fencegate doctor` */
+  readonly disk = new DiskWatch()
 
   /** the sequence the last transaction wrote; read after its COMMIT */
   #advanced = 0n
@@ -167,10 +174,22 @@ export class SqliteStore implements Store {
    * @throws StoreWentBack, which rolls the transaction back
    */
   #advance(op: string): void {
+    this.#advanced = this.#check(op) + 1n
+    this.#metaPut.run('seq', String(this.#advanced))
+  }
+
+  writeRefused() {
+    return this.disk.recent()
+  }
+
+  /**
+   * The file's sequence, refused when below what this process saw.
+   * @throws StoreWentBack
+   */
+  #check(op: string): bigint {
     const current = BigInt((this.#metaGet.get('seq') as string | undefined) ?? '0')
     if (current < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${current} after ${this.sequence.seen} was seen`, { signal: 'sequence', now: String(current), was: String(this.sequence.seen) })
-    this.#advanced = current + 1n
-    this.#metaPut.run('seq', String(this.#advanced))
+    return current
   }
 
   /** Ends a transaction a failed statement left open (better-sqlite3 normally has rolled it back). */

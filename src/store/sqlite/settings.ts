@@ -1,12 +1,13 @@
 /**
  * The SQLite settings probe of `fencegate doctor` (../doctor.ts): journal_mode and synchronous of
  * a connection opened as the gateway opens it, and the filesystem of the file's folder
- * (/proc/mounts, else statfs): tmpfs, a network filesystem, a container's writable layer.
+ * (/proc/mounts, else statfs): tmpfs, a network filesystem, a container's writable layer; and the
+ * free space there, with a write the disk refused in the last minute.
  */
 import { realpathSync, readFileSync, statfsSync } from 'node:fs'
 import { dirname, resolve, sep } from 'node:path'
 import type { Config } from '../../config/schema.js'
-import type { Store } from '../types.js'
+import type { Store, WriteRefusal } from '../types.js'
 import type { Finding } from '../findings.js'
 
 /** statfs f_type magic numbers (linux/magic.h) of filesystems the file should not be on. */
@@ -63,5 +64,28 @@ export function sqliteFindings(config: Config['store'], store?: Store): Finding[
   else if (NETWORK.has(fs.type) || fs.type.startsWith('nfs')) out.push({ id: 'filesystem', status: 'risk', setting: `file on ${where}`, consequence: 'A network filesystem: SQLite\'s locks are not reliable there, so two gateway processes can both take the write lock and interleave a check-and-set (two writers accepted, one key claimed twice), and the file can be corrupted. Keep store.path on a local disk.' })
   else if (fs.type === 'overlay') out.push({ id: 'filesystem', status: 'risk', setting: `file on ${where}`, consequence: 'The file is in a container\'s writable layer: removing or replacing the container loses it, and the next gateway starts with an empty file, unnoticed. Mount a volume at store.path\'s folder.' })
   else out.push({ id: 'filesystem', status: 'ok', setting: `file on ${where}`, consequence: 'A local filesystem: the file outlives the process and, with its locks, serves several gateway processes of this host.' })
+  out.push(diskFinding(config.path, store?.writeRefused?.()))
   return out
+}
+
+/** Free space below this is named a risk before the disk fills, bytes. */
+const LOW_SPACE = 64 * 2 ** 20
+
+const mib = (bytes: number): string => `${(bytes / 2 ** 20).toFixed(bytes < 10 * 2 ** 20 ? 1 : 0)} MiB`
+
+/** The `disk` finding: the free space of the file's folder, and a write the disk refused lately. */
+function diskFinding(path: string, refused?: WriteRefusal): Finding {
+  let free: number | undefined
+  try {
+    const st = statfsSync(dirname(resolve(path)))
+    free = Number(st.bavail) * Number(st.bsize)
+  } catch { /* the folder is not there yet */ }
+  const space = free === undefined ? 'free space unknown' : `${mib(free)} free`
+  if (refused) {
+    return { id: 'disk', status: 'risk', setting: `${refused.code} ${Math.round((Date.now() - refused.at) / 1000)} s ago; ${space}`, consequence: 'The disk refused the store\'s writes: requests with a new key are refused (503, nothing forwarded), replays and stale-token refusals are still answered, and attempt log entries are dropped (counted). Free space, or move store.path.' }
+  }
+  if (free !== undefined && free < LOW_SPACE) {
+    return { id: 'disk', status: 'risk', setting: space, consequence: `Under ${mib(LOW_SPACE)} left where the file lives: once it is full, requests with a new key are refused (503) until there is room.` }
+  }
+  return { id: 'disk', status: free === undefined ? 'unknown' : 'ok', setting: space, consequence: 'Room for the store\'s writes.' }
 }
