@@ -7,11 +7,13 @@
  * sqlite (the same file on one host), redis or postgres. The memory store is refused.
  *
  * Metrics: the primary's `/metrics` asks every worker for its metrics over the cluster IPC
- * channel (prom-client's AggregatorRegistry) and answers with their sum (counters and
- * histograms add up; process metrics are aggregated the way prom-client defines), plus the
- * primary's own `fencegate_build_info`, `fencegate_store_up` and `fencegate_config_reloads_total`.
- * The aggregate is in the Prometheus text format (no exemplars). `/readyz` checks the primary's
- * own store connection.
+ * channel and answers with their sum (counters and histograms add up; process metrics are
+ * aggregated the way prom-client defines), plus what workers that died had counted
+ * (./telemetry/worker-metrics.ts: counters never go down across a worker's death) and the
+ * primary's own `fencegate_build_info`, `fencegate_store_up`, `fencegate_config_reloads_total`
+ * and `fencegate_worker_restarts_total`. The aggregate is in the Prometheus text format (no
+ * exemplars). `/readyz` checks the primary's own store connection, and answers 503 while no
+ * worker listens.
  *
  * SIGHUP to the primary: it checks the config file itself (a refusal is logged and counted once,
  * there) and, when the file can be applied, applies its admin settings and sends SIGHUP on to
@@ -20,7 +22,7 @@
 import cluster, { type Worker } from 'node:cluster'
 import type { Server } from 'node:http'
 import { createAdaptorServer } from '@hono/node-server'
-import { AggregatorRegistry, Registry, type Metric } from 'prom-client'
+import { Counter, Registry, type Metric } from 'prom-client'
 import type { Config } from './config/schema.js'
 import { StateWatch } from './store/state-loss.js'
 import { createAdmin, exposedAdmin } from './admin.js'
@@ -32,10 +34,14 @@ import type { Logger } from './log.js'
 import { listen, startGateway, type Running } from './server.js'
 import { VERSION } from './version.js'
 import { AuditQueue } from './audit/queue.js'
+import { ClusterMetrics, serveWorkerMetrics } from './telemetry/worker-metrics.js'
 
 const LISTENING = 'fencegate:listening'
 /** Metrics that describe a process rather than add up over workers: the primary reports them. */
 const PRIMARY_ONLY = new Set(['fencegate_build_info', 'fencegate_store_up', 'fencegate_config_reloads_total'])
+/** Why a worker exited, the `reason` label of `fencegate_worker_restarts_total`. */
+export const WORKER_EXITS = ['signal', 'error', 'exit'] as const
+const exitReason = (code: number | null, signal: string | null): typeof WORKER_EXITS[number] => signal ? 'signal' : code ? 'error' : 'exit'
 
 /** Why `--workers n` cannot run with this config, or undefined when it can. */
 export function workersRefusal(config: Config, workers: number): string | undefined {
@@ -50,10 +56,10 @@ export async function startWorker(config: Config, log: Logger, configFile?: stri
   const running = await startGateway(config, log, { admin: false, configFile })
   const shared = new Registry()
   for (const m of running.metrics.registry.getMetricsAsArray()) if (!PRIMARY_ONLY.has(m.name)) shared.registerMetric(m as unknown as Metric)
-  AggregatorRegistry.setRegistries([shared])
-  new AggregatorRegistry() // installs the listener that answers the primary's requests
+  const snapshots = serveWorkerMetrics(shared, running.metrics.activity)
   process.send?.({ type: LISTENING, url: running.url })
-  return running
+  // the last counts reach the primary before the process exits
+  return { ...running, close: async () => { await running.close(); await snapshots.flush() } }
 }
 
 /**
@@ -71,22 +77,27 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
   let accepting = true
   let admin: Server | undefined
   const alive = new Set<Worker>()
+  const serving = new Set<Worker>()
+  const workerMetrics = new ClusterMetrics()
+  const restarts = new Counter({ name: 'fencegate_worker_restarts_total', help: 'Worker processes (--workers) that exited while the gateway ran and were started again, by why: signal (killed: SIGKILL, the OOM killer), error (a non-zero exit code), exit (exit code 0).', labelNames: ['reason'] as const, registers: [] })
+  for (const reason of WORKER_EXITS) restarts.inc({ reason }, 0)
+  const start = () => fork(alive, serving, workerMetrics)
   // the primary only watches for /readyz; each worker runs its own watch and fails closed
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
   try {
     await watch.start(60_000)
-    const urls = await Promise.all(Array.from({ length: workers }, () => fork(alive)))
-    const aggregator = new AggregatorRegistry()
+    const urls = await Promise.all(Array.from({ length: workers }, start))
     const own = new Registry()
     for (const name of PRIMARY_ONLY) own.registerMetric(metrics.registry.getSingleMetric(name)!)
+    own.registerMetric(restarts)
     const clusterMetrics: Metrics = {
       ...metrics,
       expose: async () => {
-        const [workersText, ownText] = await Promise.all([aggregator.clusterMetrics(), own.metrics()])
+        const [workersText, ownText] = await Promise.all([workerMetrics.collect(alive).then((r) => r.metrics()), own.metrics()])
         return { body: `${workersText.trimEnd()}\n${ownText}`, contentType: Registry.PROMETHEUS_CONTENT_TYPE }
       },
     }
-    const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics: clusterMetrics, accepting: () => accepting, config: c, watch, storeSettings: opened.settings })
+    const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics: clusterMetrics, accepting: () => accepting && serving.size > 0, config: c, watch, storeSettings: opened.settings })
     let adminFetch = adminApp(config).fetch
     admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
     const adminUrl = await listen(admin, config.admin.listen)
@@ -108,9 +119,13 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
     // a worker that dies is replaced (after a pause, so a crash loop does not spin)
     cluster.on('exit', (worker, code, signal) => {
       alive.delete(worker)
+      serving.delete(worker)
+      workerMetrics.exited(worker)
       if (!accepting) return
-      log.error('worker exited; starting a new one', { pid: worker.process.pid, code, signal })
-      setTimeout(() => { if (accepting) fork(alive).catch((e) => log.error('worker did not start', { error: (e as Error).message })) }, 1000).unref()
+      const reason = exitReason(code, signal)
+      restarts.inc({ reason })
+      log.error('worker exited; starting a new one', { pid: worker.process.pid, code, signal, reason, serving: serving.size })
+      setTimeout(() => { if (accepting) start().catch((e) => log.error('worker did not start', { error: (e as Error).message })) }, 1000).unref()
     })
 
     let closing: Promise<void> | undefined
@@ -146,15 +161,20 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
   }
 }
 
-/** Forks one worker; resolves with its proxy URL once it listens, rejects when it exits first. */
-function fork(alive: Set<Worker>): Promise<string> {
+/**
+ * Forks one worker, in `alive` from now and in `serving` once it listens; resolves with its proxy
+ * URL then, rejects when it exits first.
+ */
+function fork(alive: Set<Worker>, serving: Set<Worker>, metrics: ClusterMetrics): Promise<string> {
   const worker = cluster.fork()
   alive.add(worker)
+  metrics.watch(worker)
   return new Promise((resolve, reject) => {
     const onMessage = (m: { type?: string; url?: string }) => {
       if (m?.type !== LISTENING) return
       worker.off('exit', onExit)
       worker.off('message', onMessage)
+      serving.add(worker)
       resolve(m.url!)
     }
     const onExit = (code: number | null) => {

@@ -239,7 +239,10 @@ export function createMetrics(version: string) {
    */
   const children = new Map<string, { count: { inc(): void }; duration: { observe(v: number): void } }>()
   const traced = tracingOn()
+  /** requests recorded so far: a worker sends its counts to the primary when this moved (./worker-metrics.ts) */
+  const activity = { requests: 0 }
   const recordRequest = (route: string, method: string, code: string, outcome: string, seconds: number): void => {
+    activity.requests++
     const k = `${route}\n${method}\n${code}\n${outcome}`
     let ch = children.get(k)
     if (ch === undefined) {
@@ -250,7 +253,7 @@ export function createMetrics(version: string) {
     if (traced) m.requestDuration.observe({ route, outcome }, seconds)
     else ch.duration.observe(seconds)
   }
-  return { ...m, trackWindows, initStore, initRoute, recordRequest, expose: exposition(registry) }
+  return { ...m, trackWindows, initStore, initRoute, recordRequest, activity, expose: exposition(registry) }
 }
 
 /**
