@@ -116,7 +116,7 @@ describe.each(stores)('--workers 2 on %s, a worker SIGKILLed twice under load', 
   })
 
   test('no counter, histogram count or bucket ever went down across the deaths', () => {
-    expect(scrapes).toBeGreaterThan(20)
+    expect(scrapes).toBeGreaterThan(10)
     expect(drops).toEqual([])
   })
 

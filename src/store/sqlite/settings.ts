@@ -87,5 +87,8 @@ function diskFinding(path: string, refused?: WriteRefusal): Finding {
   if (free !== undefined && free < LOW_SPACE) {
     return { id: 'disk', status: 'risk', setting: space, consequence: `Under ${mib(LOW_SPACE)} left where the file lives: once it is full, requests with a new key are refused (503) until there is room.` }
   }
-  return { id: 'disk', status: free === undefined ? 'unknown' : 'ok', setting: space, consequence: 'Room for the store\'s writes.' }
+  // no figure when there is room: the claim sentences that quote this must not change by the byte
+  return free === undefined
+    ? { id: 'disk', status: 'unknown', setting: space, consequence: 'Whether the disk has room for the store\'s writes is not known.' }
+    : { id: 'disk', status: 'ok', setting: `over ${mib(LOW_SPACE)} free`, consequence: 'Room for the store\'s writes.' }
 }
