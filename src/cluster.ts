@@ -169,6 +169,8 @@ function fork(alive: Set<Worker>, serving: Set<Worker>, metrics: ClusterMetrics)
   const worker = cluster.fork()
   alive.add(worker)
   metrics.watch(worker)
+  // a write to a dead worker's channel (EPIPE) is that worker's exit, seen through 'exit'
+  worker.on('error', () => {})
   return new Promise((resolve, reject) => {
     const onMessage = (m: { type?: string; url?: string }) => {
       if (m?.type !== LISTENING) return

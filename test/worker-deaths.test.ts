@@ -151,3 +151,33 @@ describe.each(stores)('--workers 2 on %s, a worker SIGKILLed twice under load', 
     expect(Math.abs(Number(inc.data.result[0].value[1]) - counted)).toBeLessThanOrEqual(1)
   })
 })
+
+// A scrape that asks a worker killed a moment ago, before the primary has seen its exit, writes
+// to a closed channel: the primary keeps running and answers with the others' counts.
+test('scrapes racing the deaths of both workers leave the primary serving /metrics', async () => {
+  const port = await freePort(), admin = await freePort()
+  const file = join(dir, 'race.yaml')
+  writeFileSync(file, ledgerConfig({ port, admin, store: { kind: 'redis', url: REDIS_URL, keyPrefix: prefix }, upstream: up.url }))
+  const g = await spawnGateway(file, port, admin, join(dir, 'race.log'), ['--workers', '2'])
+  let running = true
+  let answered = 0
+  const scrapers = Array.from({ length: 4 }, async () => {
+    while (running) if ((await send(`${g.adminUrl}/metrics`).catch(() => ({ status: 0 }))).status === 200) answered++
+  })
+  try {
+    for (let kill = 1; kill <= 3; kill++) {
+      await until(() => workerPids(g.child.pid!).length === 2, { timeoutMs: 10_000 })
+      await sleep(200)
+      for (const pid of workerPids(g.child.pid!)) process.kill(pid, 'SIGKILL')
+      await sleep(100)
+    }
+    await until(() => workerPids(g.child.pid!).length === 2, { timeoutMs: 10_000 })
+  } finally {
+    running = false
+    await Promise.all(scrapers)
+  }
+  expect(g.child.exitCode, g.log()).toBe(null)
+  expect(answered).toBeGreaterThan(10)
+  expect(metric(await metrics(g.adminUrl), 'fencegate_worker_restarts_total', { reason: 'signal' })).toBe(6)
+  expect(await g.stop()).toBe(0)
+}, 40_000)

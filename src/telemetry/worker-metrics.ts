@@ -108,7 +108,9 @@ export class ClusterMetrics {
       const done = () => { clearTimeout(timer); this.#waiting.delete(id); resolve() }
       const timer = setTimeout(done, ASK_TIMEOUT_MS)
       this.#waiting.set(id, done)
-      try { worker.send({ type: ASK, id }) } catch { done() }
+      // a worker killed before its exit is seen: the send fails through the callback, not as an
+      // 'error' event that would stop the primary
+      try { worker.send({ type: ASK, id }, undefined, undefined, (e) => { if (e) done() }) } catch { done() }
     })
   }
 }
