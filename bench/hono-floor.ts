@@ -1,8 +1,8 @@
 /**
  * The floor's work inside Hono: the same forwarding as `floor-proxy.ts` (one undici Pool, 128
  * connections, hop-by-hop fields removed, the answer piped back), written as one Hono handler on
- * @hono/node-server — what fencegate is built on. Between the floor and this sits the cost of the
- * framework alone; between this and fencegate, the cost of fencegate's checks.
+ * @hono/node-server, the framework fencegate's admin listener is built on and whose router its
+ * proxy listener uses. Between the floor and this sits the cost of the framework alone.
  *
  *   node dist/bench/hono-floor.js UPSTREAM_URL [PORT]
  *

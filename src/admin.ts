@@ -137,7 +137,7 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
     return c.json({ epoch, cleared, effect: 'the store\'s current state is accepted (and its loss note, if any, cleared); gateways sharing the store serve again within a second' })
   })
   if (config) {
-    // issue 5 §2: an operator settles an unknown outcome; body {route, key, scope?, as, reason?} or {route, keyHash, as, reason?}
+    // an operator settles an unknown outcome (docs/operate.md, admin endpoints); body {route, key, scope?, as, reason?} or {route, keyHash, as, reason?}
     app.post('/resolve', write, async (c) => {
       let body: Partial<ResolveRequest>
       try {

@@ -29,7 +29,7 @@ export function createLogger(out: NodeJS.WritableStream = process.stderr, level:
   // Access lines are gathered and written once per event-loop turn (or every 256 lines): stderr
   // on a file or pipe is written synchronously, one system call per write, and a busy gateway
   // makes a line per refused or replayed request. They are serialised at the flush, in one
-  // loop (cheaper than one at a time between requests: measured, docs/performance.md), each
+  // loop (cheaper than one at a time between requests, see bench/NOTES.md), each
   // with the time it was made. Any other line first flushes them, so order is kept.
   let pending: Fields[] = []
   let times: number[] = []
