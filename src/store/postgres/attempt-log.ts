@@ -5,7 +5,7 @@
 import type pg from 'pg'
 import { auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
 import type { AuditLog } from '../attempt-log/types.js'
-import type { Queries } from './sql.js'
+import type { Queries } from './queries.js'
 
 /** The store's wrapping of a call: refused after close, errors as StoreError naming `op`. */
 type Run = <T>(op: string, fn: () => Promise<T>) => Promise<T>

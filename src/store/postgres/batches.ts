@@ -15,7 +15,7 @@ import { claimResult, fenceResult, releaseResult, type ClaimFields, type FenceFi
 import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration, ReleaseResult } from '../types.js'
 import { refusedAndRolledBack } from './errors.js'
 import { arrayLiteral } from './arrays.js'
-import type { Named, Queries } from './sql.js'
+import type { Named, Queries } from './queries.js'
 import type { SequencedQuery } from './sequence.js'
 
 // `now` null: the server's clock (fg_now_ms_v1); a number only for tests that drive time (./sql.ts)

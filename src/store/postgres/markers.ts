@@ -7,7 +7,7 @@ import type pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import type { StateMarkers } from '../types.js'
 import { currentTimelineSql, type Timeline } from './sequence.js'
-import type { Queries } from './sql.js'
+import type { Queries } from './queries.js'
 import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
 
 /** The server's current timeline; rejects on a standby (no WAL of its own). */

@@ -5,7 +5,8 @@
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
 import { StoreError } from '../types.js'
-import { migrateSql, queries, registrationsSchemaSql, schemaSql } from './sql.js'
+import { queries } from './queries.js'
+import { migrateSql, registrationsSchemaSql, schemaSql } from './sql.js'
 import { sequenceSchemaSql } from './sequence.js'
 
 const IDENT = /^[a-z_][a-z0-9_]{0,62}$/

@@ -5,7 +5,7 @@
 import type pg from 'pg'
 import type { StoreClock } from '../clock.js'
 import type { FenceMark, UnknownReason, UnknownRecord } from '../types.js'
-import type { Queries } from './sql.js'
+import type { Queries } from './queries.js'
 
 export async function readHighest(pool: pg.Pool, q: Queries, resource: string): Promise<bigint | undefined> {
   const { rows } = await pool.query({ ...q.highest, values: [resource] })

@@ -4,7 +4,7 @@
  * queue behind each other.
  */
 import type pg from 'pg'
-import type { Named } from './sql.js'
+import type { Named } from './queries.js'
 
 /**
  * Runs `query` (now, batch) until it deletes fewer than `batch` rows, at most `maxBatches`

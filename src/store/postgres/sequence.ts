@@ -16,7 +16,7 @@
  */
 import pg from 'pg'
 import type { WriteSequence } from '../sequence.js'
-import type { Named } from './sql.js'
+import type { Named } from './queries.js'
 
 /** The sequence's table and function, for the (validated, quoted) schema `s`; run by the migration. */
 export function sequenceSchemaSql(s: string): string {

@@ -9,7 +9,7 @@ import type { StoreClock } from '../clock.js'
 import type { OlderWrites, Registration } from '../types.js'
 import type { GroupCommit } from './batches.js'
 import { registrationsMissing } from './errors.js'
-import type { Queries } from './sql.js'
+import type { Queries } from './queries.js'
 
 /** `now` null: the server's clock. */
 export async function register(batches: GroupCommit, clock: StoreClock, call: { resource: string; token: bigint; id: string; holdMs: number; now: number | null }): Promise<Registration> {

@@ -9,7 +9,7 @@ import type { Config } from '../../config/schema.js'
 import type { Finding } from '../findings.js'
 import { decodeNote, lossFinding } from '../loss-note.js'
 import { quoted } from './migrate.js'
-import { queries } from './sql.js'
+import { queries } from './queries.js'
 
 /** @throws Error when the server cannot be reached */
 export async function postgresFindings(config: Config['store']): Promise<Finding[]> {

@@ -21,7 +21,8 @@ import { withSince } from '../fences.js'
 import type { Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 import { ReplicaShortfall, type Writer } from './replicas.js'
-import { SCRIPTS, claimArgs, claimOf, fenceOf, type AdmitReply, type ClaimReply, type FenceReply } from './scripts.js'
+import { claimOf, fenceOf, type AdmitReply, type ClaimReply, type FenceReply } from './replies.js'
+import { SCRIPTS, claimArgs } from './scripts.js'
 
 /** What the operations run with: the store's connection, key layout, writer and clock. */
 export interface Admission {

@@ -14,7 +14,8 @@
 import { Redis, type Cluster } from 'ioredis'
 import { StoreError } from '../types.js'
 import { callScript, onMaster, type Conn } from './connection.js'
-import { SEQUENCED, type Script, type SequencedReply } from './scripts.js'
+import type { SequencedReply } from './replies.js'
+import { SEQUENCED, type Script } from './scripts.js'
 import type { WriteSequence } from '../sequence.js'
 
 /** Fewer replicas than asked acknowledged a write in time (or the connection failed under the WAIT). */
