@@ -16,10 +16,10 @@
  *   returns no row (equal or stale token) a read of the mark, both in one plpgsql function so
  *   the second statement sees the row the first one compared against (or a later one);
  * - claim: a plpgsql function that inserts the record (`ON CONFLICT DO NOTHING`), or else locks
- *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/record-state.ts;
+ *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/shared/record-state.ts;
  * - admit: the fence and, when it accepts, the claim, in one function;
  * - finish: one `UPDATE` guarded by claim_id and state = 'in_flight'; release: a plpgsql function
- *   that locks the row held by claim_id and applies decideRelease of src/store/record-state.ts.
+ *   that locks the row held by claim_id and applies decideRelease of src/store/shared/record-state.ts.
  * Tokens travel as decimal text and are stored as BIGINT: never a JS number.
  * A reaper deletes expired records in batches of 1000 (`FOR UPDATE SKIP LOCKED`, so replicas
  * reaping at once do not queue behind each other; ./reaping.ts).
@@ -30,24 +30,24 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
-import type { OlderWrites, Registration } from '../types.js'
-import { withSince } from '../fences.js'
-import { storeCall } from '../call.js'
-import { resolveResult } from '../replies.js'
-import { StoreClock } from '../clock.js'
+import type { OlderWrites, Registration } from '../contract/store.js'
+import { withSince } from '../contract/fences.js'
+import { storeCall } from '../shared/call.js'
+import { resolveResult } from '../shared/replies.js'
+import { StoreClock } from '../shared/clock.js'
 import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
 import { migratePostgres, quoted } from './migrate.js'
 import { queries, type Named, type Queries } from './sql.js'
 import { sequencedQuery, Timeline, type SequencedQuery } from './sequence.js'
-import { WriteSequence } from '../sequence.js'
+import { WriteSequence } from '../state-loss/sequence.js'
 import { StandbyWatch } from './standbys.js'
 import { createPool, type PostgresStoreOptions } from './pool.js'
 import { acceptLoss, readEpoch, readMarkers, readTimeline, retireEpoch } from './markers.js'
-import type { LossNote } from '../loss-note.js'
+import type { LossNote } from '../state-loss/note.js'
 import { readHighest, readMark, readUnknowns } from './reads.js'
 import { olderRegistered, register } from './serialize.js'
 import { reapIn } from './reaping.js'
@@ -78,7 +78,7 @@ export class PostgresStore implements Store {
   readonly sequence: WriteSequence
   /** the timeline followed (./sequence.ts) */
   readonly #timeline: Timeline
-  /** the server's clock against this process's (../clock.ts) */
+  /** the server's clock against this process's (../shared/clock.ts) */
   readonly clock: StoreClock
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
@@ -146,7 +146,7 @@ export class PostgresStore implements Store {
     return store
   }
 
-  /** Writes the loss note and a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
+  /** Writes the loss note and a new epoch: every gateway sharing the store sees the loss (../state-loss/watch.ts). */
   retireEpoch(note: LossNote): Promise<void> {
     return this.#run('retire_epoch', () => retireEpoch(this.#pool, this.#q, note))
   }

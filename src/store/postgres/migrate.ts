@@ -4,7 +4,7 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError } from '../types.js'
+import { StoreError } from '../contract/store.js'
 import { migrateSql, queries, registrationsSchemaSql, schemaSql } from './sql.js'
 import { sequenceSchemaSql } from './sequence.js'
 

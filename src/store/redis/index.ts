@@ -4,7 +4,7 @@
  *
  * The parts, each in a file of its own beside this one:
  *   ./scripts.ts      the Lua scripts (every read-then-write is one, so Redis runs it atomically)
- *                     and how their answers map onto the `Store` results (../replies.ts)
+ *                     and how their answers map onto the `Store` results (../shared/replies.ts)
  *   ./keys.ts         the key layout (every key its own hash tag) and the cluster slot of a key
  *   ./connection.ts   the ioredis client, what it retries, and a script sent to a slot's master;
  *                     the servers' TIME and PING
@@ -18,19 +18,19 @@
  *   ./serialize.ts    the registrations of `fencing.serialize: store`
  * and here the `Store` operations, which put those together.
  */
-import { storeCall } from '../call.js'
-import { resolveResult } from '../replies.js'
-import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../types.js'
+import { storeCall } from '../shared/call.js'
+import { resolveResult } from '../shared/replies.js'
+import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
-import { StoreClock } from '../clock.js'
+import { StoreClock } from '../shared/clock.js'
 import { createClient, ping, serverTime, timeOf, type Conn } from './connection.js'
 import { KeyNames } from './keys.js'
 import { Writer } from './replicas.js'
-import { WriteSequence } from '../sequence.js'
+import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
-import type { LossNote } from '../loss-note.js'
+import type { LossNote } from '../state-loss/note.js'
 import { unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { SCRIPTS, releaseOf, type ReleaseReply } from './scripts.js'
@@ -56,13 +56,13 @@ export class RedisStore implements Store {
   readonly audit: AuditLog
   /** the value written when this key prefix was first used (see `open`) */
   epoch = ''
-  /** this process's write sequence (../sequence.ts); none on a cluster (a script reaches one slot only) */
+  /** this process's write sequence (../state-loss/sequence.ts); none on a cluster (a script reaches one slot only) */
   readonly sequence?: WriteSequence
   /** one server: the primary followed (./history.ts) */
   readonly #history: ReplicationHistory
   /** the check after a reconnection, which every call waits for */
   #verifying?: Promise<void>
-  /** the server's clock against this process's (../clock.ts); on a cluster, the master furthest off */
+  /** the server's clock against this process's (../shared/clock.ts); on a cluster, the master furthest off */
   readonly clock: StoreClock
   /** what ./admission.ts and ./serialize.ts run with */
   readonly #ops: Admission
@@ -103,7 +103,7 @@ export class RedisStore implements Store {
       // runs, make sure this is the primary the gateway knew, or one that may lack nothing
       if (!cluster && this.epoch && !this.#verifying) {
         const verifying = this.#checkHistory('reconnect').finally(() => { this.#verifying = undefined })
-        // a loss found here is heard through the sequence's listeners (../state-loss.ts) and fails
+        // a loss found here is heard through the sequence's listeners (../state-loss/watch.ts) and fails
         // the next call that waits for this check; with no call waiting it must not surface as an
         // unhandled rejection (which ends a Node process)
         verifying.catch(() => {})

@@ -24,8 +24,8 @@
  * FENCE wrote stands, as after a lone FENCE (the store's `admit` says why).
  */
 import { createHash } from 'node:crypto'
-import { claimResult, fenceResult, releaseResult } from '../replies.js'
-import type { ClaimRequest, ClaimResult, FenceResult, ReleaseResult } from '../types.js'
+import { claimResult, fenceResult, releaseResult } from '../shared/replies.js'
+import type { ClaimRequest, ClaimResult, FenceResult, ReleaseResult } from '../contract/store.js'
 
 // Lua: the instant of this script, epoch ms: the caller's \`now\` when it passes one (tests), else
 // the server's TIME. Written out with %.0f: tostring would switch to exponent notation.

@@ -27,9 +27,9 @@
 import { statSync } from 'node:fs'
 import { randomUUID } from 'node:crypto'
 import type { Database as Db, Statement } from 'better-sqlite3'
-import { recordId } from '../record-state.js'
-import { storeCall } from '../call.js'
-import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Store, UnknownRecord } from '../types.js'
+import { recordId } from '../shared/record-state.js'
+import { storeCall } from '../shared/call.js'
+import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Store, UnknownRecord } from '../contract/store.js'
 import { busyWhy, retryWhileBusy } from './busy.js'
 import { META } from './sql.js'
 import { openFile } from './file.js'
@@ -37,8 +37,8 @@ import { GroupCommit } from './group-commit.js'
 import { DiskWatch } from './disk.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
-import { WriteSequence } from '../sequence.js'
-import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
+import { WriteSequence } from '../state-loss/sequence.js'
+import { decodeNote, encodeNote, type LossNote } from '../state-loss/note.js'
 import type { AuditLog } from '../attempt-log/types.js'
 
 export interface SqliteStoreOptions {
@@ -56,7 +56,7 @@ export interface SqliteStoreOptions {
   reapIntervalMs?: number
   /** attempt log entries older than this are deleted, ms; default 7 days */
   auditRetentionMs?: number
-  /** the write sequence to follow (../sequence.ts); default a new one */
+  /** the write sequence to follow (../state-loss/sequence.ts); default a new one */
   sequence?: WriteSequence
 }
 
@@ -64,7 +64,7 @@ export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
   /** false: a call may wait (on timers) for another process's lock, so guardStore races it */
   readonly inProcess = false
-  /** this process's write sequence (../sequence.ts): `seq` in fg_meta_v1, advanced by every write transaction */
+  /** this process's write sequence (../state-loss/sequence.ts): `seq` in fg_meta_v1, advanced by every write transaction */
   readonly sequence: WriteSequence
   /** set when the file was first initialised; a different value later means the file was replaced */
   readonly epoch: string
@@ -245,7 +245,7 @@ export class SqliteStore implements Store {
     })
   }
 
-  /** Writes the note and a new epoch, in one transaction: every process sharing the file sees the loss (../state-loss.ts). */
+  /** Writes the note and a new epoch, in one transaction: every process sharing the file sees the loss (../state-loss/watch.ts). */
   retireEpoch(note: LossNote): Promise<void> {
     return this.#run('retire_epoch', () => this.#retireTx(encodeNote(note)))
   }

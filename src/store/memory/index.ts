@@ -6,19 +6,19 @@
  * `maxRecords` unexpired idempotency records a new key is refused the same way — forgetting a
  * completed record would let a retry of its key be forwarded again, a second effect — unless
  * the operator accepted eviction of completed records (`store.acceptRisks: [maxRecords]`), each
- * one counted (./memory-records.ts).
+ * one counted (./records.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from './record-state.js'
-import { recordId } from './record-state.js'
-import { closedError, storeError } from './call.js'
-import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
-import { MemoryAuditLog } from './attempt-log/memory.js'
-import type { OlderWrites, Registration } from './types.js'
-import { olderOf, type Registered } from './registrations.js'
-import { RecordTable } from './memory-records.js'
-import { WriteSequence } from './sequence.js'
-import type { LossNote } from './loss-note.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from '../shared/record-state.js'
+import { recordId } from '../shared/record-state.js'
+import { closedError, storeError } from '../shared/call.js'
+import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { MemoryAuditLog } from './attempt-log.js'
+import type { OlderWrites, Registration } from '../contract/store.js'
+import { olderOf, type Registered } from '../shared/registrations.js'
+import { RecordTable } from './records.js'
+import { WriteSequence } from '../state-loss/sequence.js'
+import type { LossNote } from '../state-loss/note.js'
 
 export interface MemoryStoreOptions {
   /** most resources with a high-water mark; default 1,000,000 */
@@ -111,7 +111,7 @@ export class MemoryStore implements Store {
     }
   }
 
-  /** This process's write sequence (./sequence.ts); a process's memory never goes back, but the suite holds every store to the refusal. */
+  /** This process's write sequence (../state-loss/sequence.ts); a process's memory never goes back, but the suite holds every store to the refusal. */
   readonly sequence: WriteSequence
   #seq = 0n
 
@@ -148,7 +148,7 @@ export class MemoryStore implements Store {
   /**
    * Fence and claim in one synchronous section: nothing else runs between them. When the claim
    * step fails (store.maxRecords reached), admit rejects with StoreError and the fence's decision
-   * stands: a raised mark stays raised, as a lone `fence` would have left it (src/store/types.ts).
+   * stands: a raised mark stays raised, as a lone `fence` would have left it (src/store/contract/store.ts).
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
     return this.#write('admit', () => {
