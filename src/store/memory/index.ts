@@ -15,42 +15,13 @@ import { closedError, storeError } from '../shared/call.js'
 import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import { MemoryAuditLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
-import { olderOf, type Registered } from '../shared/registrations.js'
 import { RecordTable } from './records.js'
+import { RegisteredWrites } from './registrations.js'
+import type { MemoryCapacity, MemoryStoreOptions } from './options.js'
 import { WriteSequence } from '../state-loss/sequence.js'
 import type { LossNote } from '../state-loss/note.js'
 
-export interface MemoryStoreOptions {
-  /** most resources with a high-water mark; default 1,000,000 */
-  maxResources?: number
-  /** most unexpired idempotency records kept; default 100,000 */
-  maxRecords?: number
-  /** `store.acceptRisks: [maxRecords]`: at maxRecords the oldest completed record is dropped (counted) instead of a new key refused */
-  evictRecords?: boolean
-  /** attempt log entries older than this are not reported, ms; default 7 days */
-  auditRetentionMs?: number
-  /** most attempt log entries kept; default 100,000 */
-  auditCapacity?: number
-  /** `store.acceptRisks: [maxAttempts]`: a full attempt log drops its oldest entry (counted) instead of refusing the new one */
-  evictAttempts?: boolean
-  /** the write sequence to follow; default a new one */
-  sequence?: WriteSequence
-}
-
-/** How full the memory store is, and how fast it fills (`fencegate doctor`). */
-export interface MemoryCapacity {
-  records: number
-  maxRecords: number
-  evictRecords: boolean
-  resources: number
-  maxResources: number
-  /** records added under a new key since the store was made, and over how many ms */
-  added: number
-  overMs: number
-  /** the longest ttl a claim asked for, ms (0 before the first) */
-  longestTtlMs: number
-  evicted: number
-}
+export type { MemoryCapacity, MemoryStoreOptions } from './options.js'
 
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const
@@ -236,50 +207,24 @@ export class MemoryStore implements Store {
     })
   }
 
-  /** `fencing.serialize: store`: per resource, the registered writes by id; expired ones go when their resource is next written */
-  readonly #registrations = new Map<string, Map<string, Registered>>()
-  /** when every resource's expired registrations were last deleted (held ones of resources nobody writes again) */
-  #swept = 0
+  /** `fencing.serialize: store` */
+  readonly #registrations = new RegisteredWrites()
 
   /** One synchronous section: nothing runs between reading the mark and registering. */
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
     return this.#write('register', (): Registration => {
       const highest = this.#fences.get(resource)
       if (highest !== undefined && token < highest) return { registered: false, highest }
-      if (now - this.#swept >= 60_000) {
-        this.#swept = now
-        for (const [r, ws] of this.#registrations) {
-          for (const [k, w] of ws) if (w.deadline <= now) ws.delete(k)
-          if (ws.size === 0) this.#registrations.delete(r)
-        }
-      }
-      let writes = this.#registrations.get(resource)
-      if (writes === undefined) this.#registrations.set(resource, (writes = new Map()))
-      for (const [k, w] of writes) if (w.deadline <= now) writes.delete(k)
-      writes.set(id, { token, deadline })
-      return { registered: true, ...olderOf(writes.values(), token, now) }
+      return { registered: true, ...this.#registrations.add(resource, token, id, deadline, now) }
     })
   }
 
   olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
-    return this.#call('older_registered', () => {
-      const writes = this.#registrations.get(resource)
-      return writes === undefined ? { until: 0 } : olderOf(writes.values(), token, now)
-    })
+    return this.#call('older_registered', () => this.#registrations.older(resource, token, now))
   }
 
   unregister(resource: string, id: string, until = 0): Promise<void> {
-    return this.#write('unregister', () => {
-      const writes = this.#registrations.get(resource)
-      const w = writes?.get(id)
-      if (!w) return
-      if (until > 0) {
-        w.deadline = until
-        return
-      }
-      writes!.delete(id)
-      if (writes!.size === 0) this.#registrations.delete(resource)
-    })
+    return this.#write('unregister', () => this.#registrations.remove(resource, id, until))
   }
 
   #epoch = randomUUID()

@@ -6,7 +6,7 @@
  */
 import type { Config } from '../../config/schema.js'
 import type { DoctorReport, Finding } from '../doctor/findings.js'
-import type { MemoryCapacity } from './index.js'
+import type { MemoryCapacity } from './options.js'
 import type { Store } from '../contract/store.js'
 
 const HOUR = 3_600_000

@@ -6,8 +6,8 @@
  * `store.migrate: false`. The SQL text — tables, plpgsql functions, statements — is in ./sql.ts.
  * The attempt log's table is read and written in ./attempt-log.ts; the state markers (the epoch,
  * accept-loss) and the timeline are read in ./markers.ts, and the operators' reads (a mark, the
- * unknown outcomes) in ./reads.ts; the registrations of `fencing.serialize: store` in
- * ./serialize.ts.
+ * unknown outcomes) in ./reads.ts, renew and resolve in ./records.ts; the registrations of
+ * `fencing.serialize: store` in ./serialize.ts.
  * The request path's operations (fence, claim, admit, finish, release) are group-committed
  * (./batches.ts): the calls of one operation made in one event-loop turn, or while earlier
  * batches of it run, go as one call of a `*_many` function — one round trip and one transaction
@@ -36,11 +36,10 @@ import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
 import { withSince } from '../contract/fences.js'
 import { storeCall } from '../shared/call.js'
-import { resolveResult } from '../shared/replies.js'
 import { StoreClock } from '../shared/clock.js'
 import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
-import { migratePostgres, quoted } from './migrate.js'
+import { migratePostgres, quoted, schemaUpToDate } from './migrate.js'
 import { queries, type Named, type Queries } from './sql.js'
 import { sequencedQuery, Timeline, type SequencedQuery } from './sequence.js'
 import { WriteSequence } from '../state-loss/sequence.js'
@@ -51,6 +50,7 @@ import type { LossNote } from '../state-loss/note.js'
 import { readHighest, readMark, readUnknowns } from './reads.js'
 import { olderRegistered, register } from './serialize.js'
 import { reapIn } from './reaping.js'
+import { renew, resolve } from './records.js'
 
 export { migratePostgres }
 export type { PostgresStoreOptions } from './pool.js'
@@ -127,9 +127,7 @@ export class PostgresStore implements Store {
       store.epoch = await readEpoch(store.#pool, q)
       store.#timeline.known ??= await readTimeline(store.#pool).catch(() => undefined)
       await store.#standbys?.start()
-      const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public', q.settleManyName])
-      const { rows: seq } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(options.schema ?? 'public')}.fg_seq_v1`])
-      if (!fns[0].ok || !seq[0].ok) {
+      if (!(await schemaUpToDate(store.#pool, q, options.schema ?? 'public'))) {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
       }
@@ -192,7 +190,7 @@ export class PostgresStore implements Store {
       fence: this.#localFence(r.fence), ...(r.claim ? { claim: this.#localClaim(r.claim) } : {}),
     }), async (e: unknown) => {
       // The transaction rolled the fence back with the failed claim, but every store leaves the
-      // fence's decision standing (types.ts `admit`): on a Redis Cluster the fence is on another
+      // fence's decision standing (../contract/store.ts `admit`): on a Redis Cluster the fence is on another
       // slot, and nothing may lower a mark (an older token could get in after a newer one was
       // forwarded). So the lone fence is made again, here and not in the SQL functions, which
       // gateways of the previous version still call during a rolling upgrade. Not when the store
@@ -225,18 +223,11 @@ export class PostgresStore implements Store {
 
   /** One guarded UPDATE, outside the group commit: renewals are rare (a quarter lease apart). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', async () => {
-      const { rowCount } = await this.#pool.query({ ...this.#q.renew, values: [Math.round(leaseMs), key.route, key.scope, key.key, claimId, this.#now(now)] })
-      return (rowCount ?? 0) > 0
-    })
+    return this.#run('renew', () => renew(this.#pool, this.#q, key, claimId, leaseMs, this.#now(now)))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', async () => {
-      const { rows } = await this.#write<{ o_kind: string; o_reason: string | null; o_state: string | null }>(this.#q.resolve, [key.route, key.scope, key.key, as, this.#now(now), Math.round(ttlMs)])
-      const r = rows[0]
-      return resolveResult(r.o_kind, r.o_kind === 'refused' ? r.o_state : r.o_reason)
-    })
+    return this.#run('resolve', () => resolve(this.#write, this.#q, key, as, ttlMs, this.#now(now)))
   }
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {

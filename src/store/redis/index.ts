@@ -15,11 +15,11 @@
  *                     server), or a SCAN of every master (cluster)
  *   ./options.ts      what the store is opened with
  *   ./admission.ts    fence, claim and admit (and a claim the replicas lack given back)
+ *   ./records.ts      finish, renew, release and resolve of a claimed record
  *   ./serialize.ts    the registrations of `fencing.serialize: store`
  * and here the `Store` operations, which put those together.
  */
 import { storeCall } from '../shared/call.js'
-import { resolveResult } from '../shared/replies.js'
 import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
@@ -33,15 +33,13 @@ import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
 import { unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
-import { SCRIPTS, releaseOf, type ReleaseReply } from './scripts.js'
-import { admit, claim, fence, nowArg, type Admission } from './admission.js'
+import { admit, claim, fence, type Admission } from './admission.js'
+import { finish, release, renew, resolve } from './records.js'
 import { olderRegistered, register, unregister } from './serialize.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
 export type { RedisStoreOptions } from './options.js'
-
-const noop = (): void => {}
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const
@@ -233,31 +231,20 @@ export class RedisStore implements Store {
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', () => {
-      const status = done.kind === 'completed' ? String(done.response.status) : done.kind === 'not_stored' ? String(done.status) : ''
-      return this.#writer.write<number>('finish', SCRIPTS.fgFinish, this.#keys.recordKeys(key), [claimId, done.kind, nowArg(this.clock, now), String(Math.max(1, ttlMs)), status,
-        done.kind === 'completed' ? JSON.stringify(done.response.headers) : '',
-        done.kind === 'completed' ? done.response.body : '',
-        done.kind === 'unknown' ? done.reason : ''], false, (n) => Number(n) === 1).then(noop)
-    })
+    return this.#run('finish', () => finish(this.#ops, key, claimId, done, ttlMs, now))
   }
 
-  /** No WAIT: a renewal lost in a failover only ends the lease sooner (an unknown outcome, reason crash). */
+  /** No WAIT (./records.ts). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', async () => Number(await this.#writer.call<number>(SCRIPTS.fgRenew, [this.#keys.record(key)], [claimId, String(Math.max(0, Math.round(leaseMs))), nowArg(this.clock, now)], false, 'renew')) === 1)
+    return this.#run('renew', () => renew(this.#ops, key, claimId, leaseMs, now))
   }
 
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
-    return this.#run('release', async () => releaseOf(
-      await this.#writer.write<ReleaseReply>('release', SCRIPTS.fgRelease, this.#keys.recordKeys(key), [claimId], false, (r) => String(r[0]) !== 'not_held')))
+    return this.#run('release', () => release(this.#ops, key, claimId))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', async () => {
-      const [kind, detail] = (await this.#writer.write<(string | Buffer)[]>('resolve', SCRIPTS.fgResolve, this.#keys.recordKeys(key), [as, nowArg(this.clock, now), String(Math.max(1, ttlMs))], false,
-        (x) => x[0].toString() === 'resolved')).map(String)
-      return resolveResult(kind, detail)
-    })
+    return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now))
   }
 
   /**
