@@ -15,12 +15,12 @@ const MAX_LINES = 300
 
 /**
  * Files that are SQL or Lua text with the code that names it, exempt from MAX_LINES: the
- * PostgreSQL store's schema, functions and statements, the Redis store's scripts — one file each
- * or split into a folder of such files.
+ * PostgreSQL store's schema, functions and statements, the Redis store's scripts — one file each,
+ * or split into sql-<part>.ts / scripts-<part>.ts files or a sql/ or scripts/ folder.
  */
 const TEXT_FILES = [
-  /^src\/store\/postgres\/sql(\.ts|\/[a-z0-9-]+\.ts)$/,
-  /^src\/store\/redis\/scripts(\.ts|\/[a-z0-9-]+\.ts)$/,
+  /^src\/store\/postgres\/sql(-[a-z0-9-]+)?(\.ts|\/[a-z0-9-]+\.ts)$/,
+  /^src\/store\/redis\/(scripts|lua)(-[a-z0-9-]+)?(\.ts|\/[a-z0-9-]+\.ts)$/,
 ]
 
 function sources(dir: string): string[] {
