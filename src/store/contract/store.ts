@@ -1,7 +1,7 @@
 /**
  * The store interface: the only place fencegate keeps state. Four implementations — memory
- * (../memory/index.ts), sqlite (./sqlite/), redis (./redis/, one server or a Redis Cluster) and postgres
- * (./postgres/) — each pass the one conformance suite, test/store/conformance.ts, run by
+ * (../memory/), sqlite (../sqlite/), redis (../redis/, one server or a Redis Cluster) and
+ * postgres (../postgres/) — each pass the one conformance suite, test/store/conformance.ts, run by
  * test/store/{memory,sqlite,redis,redis-cluster,redis-replicas,postgres}.test.ts. What this file
  * promises the suite checks, unless a sentence says it is not checked there (and where it is).
  *

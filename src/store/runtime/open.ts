@@ -1,6 +1,6 @@
 /**
- * The one way a gateway process opens its store: `fencegate start` (../server.ts) and the
- * `--workers` primary (../cluster.ts) both go through `openGuardedStore`, so they cannot come to
+ * The one way a gateway process opens its store: `fencegate start` (src/server.ts) and the
+ * `--workers` primary (src/cluster.ts) both go through `openGuardedStore`, so they cannot come to
  * open it differently. In order:
  *   1. open it (./late.ts): a redis or postgres store that does not answer yet is a stand-in that
  *      fails closed and connects later (contract §2); memory or sqlite that cannot open throws;
