@@ -21,8 +21,7 @@ import http from 'node:http'
 import { createHash, randomUUID } from 'node:crypto'
 import { Pool } from 'undici'
 import { loadConfig } from '../src/config/load.js'
-import { openStore } from '../src/store/index.js'
-import type { AuditEntry } from '../src/store/attempt-log/types.js'
+import { openStore, type AuditEntry } from '../src/store/index.js'
 import { HOP_BY_HOP, requestHeaders } from './anchor.js'
 
 const [configFile, upstreamUrl, portArg] = process.argv.slice(2)

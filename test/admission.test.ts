@@ -13,7 +13,7 @@ import { parseConfig } from '../src/config/load.js'
 import { createGateway } from '../src/gateway.js'
 import { createMetrics } from '../src/telemetry/metrics.js'
 import { createLogger } from '../src/log.js'
-import { MemoryStore } from '../src/store/memory.js'
+import { MemoryStore } from '../src/store/index.js'
 
 const { up, gw } = withGateway((up) => ({
   routes: [{

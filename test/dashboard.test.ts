@@ -195,7 +195,7 @@ describe('config/alerts/fencegate.rules.yml and docs/runbook.md', () => {
 
 describe('store ops', () => {
   test('every op guardStore times and counts is one the metrics start at 0 (STORE_OPS)', () => {
-    const guard = readFileSync(resolve(ROOT, 'src/store/index.ts'), 'utf8')
+    const guard = readFileSync(resolve(ROOT, 'src/store/runtime/guard.ts'), 'utf8')
     const ops = [...guard.matchAll(/\b(?:call|givingBack)\(\s*'([a-z_]+)'/g)].map((m) => m[1])
     expect(ops.length).toBeGreaterThanOrEqual(10)
     expect(ops.filter((op) => !(STORE_OPS as readonly string[]).includes(op))).toEqual([])

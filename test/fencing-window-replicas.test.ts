@@ -13,10 +13,7 @@ import { startTestGateway, tempDir, type GatewaySpec, type RouteSpec, type Store
 import { expectProblem, post, metrics, metric } from './helpers/http.js'
 import { sleep, until } from './helpers/wait.js'
 import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from './helpers/stores.js'
-import { SqliteStore } from '../src/store/sqlite/index.js'
-import { RedisStore } from '../src/store/redis/index.js'
-import { PostgresStore } from '../src/store/postgres/index.js'
-import type { Store } from '../src/store/types.js'
+import { PostgresStore, RedisStore, SqliteStore, type Store } from '../src/store/index.js'
 
 const run = randomUUID().replaceAll('-', '').slice(0, 10)
 

@@ -2,8 +2,7 @@
 // StoreWindows on one store play two gateways. The stores' side is in test/store/conformance.ts;
 // two real gateways on sqlite, redis and postgres in test/fencing-window-replicas.test.ts.
 import { afterEach, describe, expect, test, vi } from 'vitest'
-import { MemoryStore } from '../src/store/memory.js'
-import { StoreError, type Store } from '../src/store/types.js'
+import { MemoryStore, StoreError, type Store } from '../src/store/index.js'
 import { StoreWindow, MARGIN_MS, LONGEST_POLL_MS, type WindowTimes } from '../src/fencing/window.js'
 import { createLogger } from '../src/log.js'
 import { sleep } from './helpers/wait.js'

@@ -12,7 +12,7 @@
  *      idempotency-key-reused, 409 outcome-unknown, 409 request-in-flight (or wait, with
  *      `inFlight: wait` and time left); else forward.
  */
-import type { ClaimResult, FenceRequest, StoredResponse } from '../store/types.js'
+import type { ClaimResult, FenceRequest, StoredResponse } from '../store/index.js'
 import type { IdempotencyResult } from '../outcomes.js'
 import { Problem } from '../problems.js'
 import type { FenceInput } from '../fencing/read.js'

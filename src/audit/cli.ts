@@ -12,8 +12,7 @@
  */
 import { existsSync } from 'node:fs'
 import type { Config } from '../config/schema.js'
-import { openStore } from '../store/index.js'
-import { StoreError, type Store } from '../store/types.js'
+import { describeNote, inspectStore, openStore, runningReport, StoreError, type DoctorReport, type Finding, type Store } from '../store/index.js'
 import { Problem } from '../problems.js'
 import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
 import { acceptStoreLoss, cliActor, resolveKey } from './resolve.js'
@@ -21,11 +20,7 @@ import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
 import { buildTimeline, formatTimeline } from './timeline.js'
 import { buildLeases } from './leases.js'
 import { formatLeases } from './leases-format.js'
-import { inspectStore } from '../store/doctor.js'
-import { runningReport } from '../store/memory-settings.js'
-import type { DoctorReport, Finding } from '../store/findings.js'
 import { claimSentences } from './guarantees.js'
-import { describeNote } from '../store/loss-note.js'
 
 export interface AuditArgs { since?: string; route?: string; json?: boolean; key?: string; scope?: string; as?: string; 'key-hash'?: string; resource?: string; reason?: string }
 

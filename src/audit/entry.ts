@@ -4,7 +4,7 @@
  */
 import { hostname } from 'node:os'
 import type { RequestFacts } from '../facts.js'
-import type { AuditEntry } from '../store/attempt-log/types.js'
+import type { AuditEntry } from '../store/index.js'
 
 /** hostname:pid of this process: which replica (or worker) made a decision. */
 export const REPLICA = `${hostname()}:${process.pid}`

@@ -6,7 +6,7 @@
  */
 import type { Config, RouteConfig } from '../config/schema.js'
 import { formatDuration, formatSize } from '../config/units.js'
-import type { DoctorReport } from '../store/findings.js'
+import type { DoctorReport } from '../store/index.js'
 
 export interface Claim {
   guarantees: string[]

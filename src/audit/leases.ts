@@ -24,7 +24,7 @@
  */
 import type { Config, RouteConfig } from '../config/schema.js'
 import { Problem } from '../problems.js'
-import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
+import type { AuditEntry, AuditLog } from '../store/index.js'
 import { formatDuration } from '../config/units.js'
 import { brokerSettings, type BrokerSetting } from './broker-settings.js'
 import { histogram, type Histogram } from './histogram.js'

@@ -9,8 +9,7 @@
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.js'
-import type { AuditEntry, AuditLog } from '../store/attempt-log/types.js'
-import { StoreFull } from '../store/types.js'
+import { StoreFull, type AuditEntry, type AuditLog } from '../store/index.js'
 
 export interface AuditQueueOptions {
   /** most entries waiting; default 10,000 */

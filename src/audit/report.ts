@@ -6,7 +6,7 @@
 import type { Config } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { claimFor, type Claim } from './guarantees.js'
-import { emptyCounts, type AuditCounts, type AuditLog } from '../store/attempt-log/types.js'
+import { emptyCounts, type AuditCounts, type AuditLog } from '../store/index.js'
 
 export type RouteReport = AuditCounts & { claim: Claim }
 

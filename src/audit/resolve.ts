@@ -12,11 +12,9 @@ import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
 import { keyHashOf, recordKeyOf } from '../idempotency/record-key.js'
-import type { RecordKey, Resolution, Store, UnknownReason } from '../store/types.js'
+import type { AuditEntry, LossNote, RecordKey, Resolution, Store, UnknownReason } from '../store/index.js'
 import { REPLICA } from './entry.js'
 import { formatDuration } from '../config/units.js'
-import type { AuditEntry } from '../store/attempt-log/types.js'
-import type { LossNote } from '../store/loss-note.js'
 
 export interface ResolveRequest {
   route: string

@@ -8,7 +8,7 @@ import type { Config } from '../config/schema.js'
 import { Problem } from '../problems.js'
 import { parseIdempotencyKey } from '../idempotency/key.js'
 import { recordKeyOf } from '../idempotency/record-key.js'
-import type { AuditEntry, AuditLog, TimelineFilter } from '../store/attempt-log/types.js'
+import type { AuditEntry, AuditLog, TimelineFilter } from '../store/index.js'
 import { human } from './leases.js'
 
 /** At most this many entries (the newest). */

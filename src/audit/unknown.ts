@@ -8,8 +8,7 @@
 import type { Config } from '../config/schema.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
-import type { Store, UnknownReason, UnknownRecord } from '../store/types.js'
-import type { AuditEntry } from '../store/attempt-log/types.js'
+import type { AuditEntry, Store, UnknownReason, UnknownRecord } from '../store/index.js'
 import { keyHashOf } from '../idempotency/record-key.js'
 
 /** One unknown outcome as listed (contract §8 `{"unknown": [...]}`). */

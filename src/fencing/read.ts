@@ -4,7 +4,7 @@
  */
 import type { CompiledRoute } from '../route.js'
 import type { TemplateSource } from '../config/template.js'
-import type { FenceRequest } from '../store/types.js'
+import type { FenceRequest } from '../store/index.js'
 import { Problem } from '../problems.js'
 import { parseFencingToken } from './token.js'
 

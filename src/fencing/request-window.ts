@@ -15,7 +15,7 @@ import type { CompiledRoute } from '../route.js'
 import type { RequestFacts } from '../facts.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
-import type { OlderWrites, Store } from '../store/types.js'
+import type { OlderWrites, Store } from '../store/index.js'
 import type { FenceWindow, ResourceWindow, RouteCount, WindowTracker } from './window-tracker.js'
 import { storeWindow, type StoreWindow, type Ticket, type WindowTimes } from './window.js'
 

@@ -68,7 +68,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Logger } from '../log.js'
 import type { FenceWindow } from './window-tracker.js'
-import type { OlderWrites, Store } from '../store/types.js'
+import type { OlderWrites, Store } from '../store/index.js'
 
 /** slack in every deadline: store calls around the send, ms */
 export const MARGIN_MS = 1000

@@ -12,7 +12,7 @@
  * and the store call has the other half to land.
  */
 import type { Logger } from '../log.js'
-import type { RecordKey, Store } from '../store/types.js'
+import type { RecordKey, Store } from '../store/index.js'
 
 /** A claim being kept alive; `stop()` once its record is finished or released. */
 export interface KeptLease {

@@ -7,7 +7,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { CompiledRoute } from '../route.js'
 import type { TemplateSource } from '../config/template.js'
-import type { RecordKey } from '../store/types.js'
+import type { RecordKey } from '../store/index.js'
 import { Problem } from '../problems.js'
 import { BodyLimit } from '../body.js'
 import { parseIdempotencyKey } from './key.js'

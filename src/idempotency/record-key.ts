@@ -10,7 +10,7 @@
  *   key hash sha256hex(scope + "\n" + key)
  */
 import { hash } from 'node:crypto'
-import type { RecordKey } from '../store/types.js'
+import type { RecordKey } from '../store/index.js'
 
 /**
  * Hex SHA-256: 64 lower-case digits. `crypto.hash` (Node ≥ 20.12) is one call, without a Hash

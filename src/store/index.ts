@@ -1,234 +1,48 @@
 /**
- * Opens the configured store and wraps it so that every call is timed, counted on failure, and
- * bounded by `store.timeout`: a call slower than that rejects with StoreError, and the request
- * that needed it fails closed.
+ * The store's one face: what the rest of the gateway may use of the layer that keeps state. Code
+ * outside src/store/ imports from here only (test/unit/architecture.test.ts holds it to that).
+ *
+ *   contract/    the Store interface (contract/store.ts, where each promise is stated), the
+ *                shapes it speaks in (fences, records), StoreError and StoreFull, the kind
+ *   memory/ sqlite/ redis/ postgres/
+ *                the engines, side by side; each passes test/store/conformance.ts
+ *   runtime/     opening the engine the config names, a gateway's guarded store (every call
+ *                timed and bounded by store.timeout, claims never used given back, a network
+ *                store that is down at start connected later), `fencegate migrate`
+ *   state-loss/  the write sequence, the loss note, the watch that notices a store gone back
+ *   doctor/      the store's real settings against the guarantees, as findings
+ *   attempt-log/ the attempt log's shapes and the SQL sqlite and postgres share
+ *   shared/      what more than one engine runs: the record state machine, the registrations of
+ *                serialize: store, decoding the server-side stores' replies, the closed check,
+ *                the store's clock
  */
-import type { Config } from '../config/schema.js'
-import type { Metrics } from '../telemetry/metrics.js'
-import { histogramSeries } from '../telemetry/series.js'
-import { tracingOn } from '../telemetry/tracing.js'
-import type { Logger } from '../log.js'
-import { MemoryStore } from './memory.js'
-import { SqliteStore } from './sqlite/index.js'
-import { RedisStore } from './redis/index.js'
-import { PostgresStore, migratePostgres } from './postgres/index.js'
-import type { WriteSequence } from './sequence.js'
-import { GiveBacks, MAX_GIVE_BACK_MS } from './give-back.js'
-import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from './types.js'
 
-export { StoreError, type Store } from './types.js'
+// the interface and the shapes it speaks in
+export type { Store, StoreKind, StateMarkers, WriteRefusal, UnknownReason } from './contract/store.js'
+export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './contract/fences.js'
+export type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './contract/records.js'
+export { StoreError, StoreFull, type StoreLimit } from './contract/errors.js'
 
-/**
- * Opens the store the config names. `sequence`: the write sequence the store follows (a gateway
- * keeps one across the attempts of ./late.ts); default a new one.
- * @throws StoreError when it cannot be opened (the message says why)
- */
-export async function openStore(config: Config['store'], audit: { retention?: number } = {}, sequence?: WriteSequence): Promise<Store> {
-  const auditRetentionMs = audit.retention
-  switch (config.kind) {
-    case 'memory':
-      return new MemoryStore({
-        maxResources: config.maxResources, maxRecords: config.maxRecords, auditCapacity: config.maxAttempts, auditRetentionMs,
-        evictRecords: config.acceptRisks.includes('maxRecords'), evictAttempts: config.acceptRisks.includes('maxAttempts'), sequence,
-      })
-    case 'sqlite':
-      return new SqliteStore({ path: config.path, busyTimeoutMs: config.timeout, synchronous: config.synchronous, auditRetentionMs, sequence })
-    case 'redis':
-      return RedisStore.open({
-        url: config.url, sentinels: config.sentinels, sentinelName: config.sentinelName, cluster: config.cluster, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs,
-        replicas: config.replicas, replicasTimeoutMs: config.replicasTimeout ?? Math.max(1, Math.floor(config.timeout / 4)),
-        // what a cluster client may leave running after the gateway gave up on a call
-        commandTimeoutMs: 2 * config.timeout,
-        sequence,
-      })
-    case 'postgres':
-      return PostgresStore.open({
-        auditRetentionMs,
-        url: config.url!,
-        schema: config.schema,
-        migrate: config.migrate,
-        pool: config.pool,
-        statementTimeoutMs: config.statementTimeout,
-        connectTimeoutMs: config.timeout,
-        sequence,
-        replicas: config.replicas,
-      })
-  }
-}
+// the attempt log
+export { emptyCounts, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './attempt-log/types.js'
 
-/**
- * `fencegate migrate`: creates or updates the store's schema (postgres); the other stores
- * create theirs when opened, so for them it only checks that the store opens.
- * @returns a line saying what was done
- * @throws StoreError when the store cannot be reached
- */
-export async function migrateStore(config: Config['store']): Promise<string> {
-  if (config.kind === 'postgres') {
-    const { schema, epoch } = await migratePostgres({ url: config.url!, schema: config.schema, connectTimeoutMs: Math.max(config.timeout, 5000) })
-    return `postgres schema ${schema} is up to date (epoch ${epoch})`
-  }
-  const store = await openStore(config)
-  await store.close()
-  return `${config.kind} store needs no migration (its layout is created when opened)`
-}
+// opening: the engine the config names, a gateway's guarded store, the schema
+export { openStore } from './runtime/open-engine.js'
+export { openGuardedStore, type GuardedStore, type OpenGuardedOptions } from './runtime/open.js'
+export { guardStore } from './runtime/guard.js'
+export { migrateStore } from './runtime/migrate.js'
+export { MemoryStore, type MemoryStoreOptions } from './memory/index.js'
+export { SqliteStore, type SqliteStoreOptions } from './sqlite/index.js'
+export { RedisStore, type RedisStoreOptions } from './redis/index.js'
+export { PostgresStore, migratePostgres, type PostgresStoreOptions } from './postgres/index.js'
 
-/** True for a StoreError of a call that never left this process: it wrote nothing. */
-const unsent = (e: unknown): boolean => e instanceof StoreError && e.unsent
+// a store gone back in time
+export { StoreWentBack, WriteSequence, type LossSignal } from './state-loss/sequence.js'
+export { describeNote, type LossNote } from './state-loss/note.js'
+export { StateWatch } from './state-loss/watch.js'
 
-/** How often a full store, or one dropping entries the operator let it drop, is logged: once a minute. */
-const FULL_LOG_MS = 60_000
-
-/**
- * A Store that measures, counts errors and enforces the timeout on every call of `inner`.
- * Failures are logged at most once a second per operation, so an outage does not flood the log;
- * a full store (StoreFull) is counted by limit and logged at most once a minute, and so are the
- * evictions the operator accepted. Claims never used — a claim or admit that failed or answered
- * too late, a release that failed — are given back by their id until the store takes them
- * (./give-back.ts); `close()` gives up on those still waiting (logged) before closing `inner`.
- */
-export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, log: Logger): Store {
-  const kind = inner.kind
-  const lastLogged = new Map<string, number>()
-  const rarely = (what: string, now = Date.now()): boolean => {
-    if (now - (lastLogged.get(what) ?? -Infinity) < FULL_LOG_MS) return false
-    lastLogged.set(what, now)
-    return true
-  }
-  inner.watchEvictions?.(
-    (route) => {
-      metrics.idempotencyEvicted.inc({ route })
-      if (rarely('evicted')) log.warn('the memory store is full and drops completed idempotency records before their ttl (store.acceptRisks: maxRecords): a retry of a dropped key is forwarded again', { store: kind, route })
-    },
-    () => {
-      metrics.auditDropped.inc({ reason: 'evicted' })
-      if (rarely('attempts evicted')) log.warn('the memory store\'s attempt log is full and drops its oldest entries within audit.retention (store.acceptRisks: maxAttempts)', { store: kind })
-    },
-  )
-  // each operation's duration child, so a call does not hash its labels (prom-client does per labels object)
-  const durations = new Map<string, { observe(v: number): void }>()
-  const traced = tracingOn()
-  const duration = (op: string) => {
-    let h = durations.get(op)
-    if (h === undefined) durations.set(op, h = histogramSeries(metrics.storeDuration, kind, op))
-    return h
-  }
-  const observe = (op: string, started: number) => {
-    const seconds = (performance.now() - started) / 1000
-    if (traced) metrics.storeDuration.observe({ store: kind, op }, seconds) // with its exemplar
-    else duration(op).observe(seconds)
-  }
-  const failed = (op: string, e: unknown): StoreError => {
-    metrics.storeErrors.inc({ store: kind, op })
-    const now = Date.now()
-    if (e instanceof StoreFull) {
-      metrics.storeFull.inc({ store: kind, limit: e.limit })
-      if (!rarely(e.limit, now)) { /* logged this minute */ }
-      else if (e.limit === 'disk') log.error('the store\'s disk refuses writes: requests that need new state are refused (503); replays and stale-token refusals are still answered', { store: kind, op, limit: e.limit, error: e.message })
-      else log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
-    } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
-      lastLogged.set(op, now)
-      log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
-    }
-    return e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
-  }
-  // One promise a call, which times it, bounds it (a store out of process: a timer) and turns a
-  // failure into a counted StoreError: every request makes one to three of these.
-  const call = <T>(op: string, fn: () => Promise<T>): Promise<T> => {
-    const started = performance.now()
-    return new Promise<T>((resolve, reject) => {
-      let done = false
-      const timer = inner.inProcess ? undefined : setTimeout(() => {
-        done = true
-        observe(op, started)
-        reject(failed(op, new StoreError(`store did not answer ${op} within ${timeoutMs} ms`, op)))
-      }, timeoutMs)
-      // an answer after the timeout is not measured again: the caller had its StoreError
-      const settle = (ok: boolean, v: unknown) => {
-        if (done) return
-        done = true
-        if (timer !== undefined) clearTimeout(timer)
-        observe(op, started)
-        if (ok) resolve(v as T)
-        else reject(failed(op, v))
-      }
-      let p: Promise<T>
-      try {
-        p = fn()
-      } catch (e) {
-        settle(false, e)
-        return
-      }
-      p.then((v) => settle(true, v), (e) => settle(false, e))
-    })
-  }
-  // claims never used, given back by their id until the store takes them (./give-back.ts)
-  const giveBacks = new GiveBacks((key, claimId) => call('release', () => inner.release(key, claimId)), log, kind)
-  /**
-   * `call(op, attempt)` for an operation that may claim a key. The request fails closed (503,
-   * nothing forwarded) when the call fails or times out, but the store may have made the claim
-   * all the same: a slow store applies it afterwards, or it ran and its reply was lost (a reset,
-   * a connection dropped, a partition). Either way the claim is given back by its id (`release`,
-   * which deletes it or puts back the unknown outcome it took over, and undoes the unknown
-   * outcome its own lease made if it ran out meanwhile), or the key would read as in flight and
-   * then as an unknown outcome, for a request never sent. A late answer says whether there is a
-   * claim to give back; without one the claim id is given back all the same (a no-op when it was
-   * never made), unless the call never left this process (`StoreError.unsent`) or a full store
-   * refused the claim (StoreFull: it made none).
-   */
-  const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest): Promise<T> =>
-    call(op, () => attempt).catch((e) => {
-      attempt.then((r) => {
-        const c = claimOf(r)
-        // the late call found an attempt abandoned past its lease and made it an unknown outcome
-        // (or took it over): the request that would have counted it already got 503
-        if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
-        if (c?.kind === 'claimed') giveBacks.add(key, req.claimId, req.ttlMs)
-      }, (late) => { if (!unsent(late) && !(late instanceof StoreFull)) giveBacks.add(key, req.claimId, req.ttlMs) })
-      throw e
-    })
-  return {
-    kind,
-    inProcess: inner.inProcess,
-    sequence: inner.sequence,
-    writeRefused: inner.writeRefused?.bind(inner),
-    retireEpoch: (note) => call('retire_epoch', () => inner.retireEpoch(note)),
-    // read at each use: a store that connects late (./late.ts) has none before it connects
-    get clock() { return inner.clock },
-    fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
-    highest: (resource) => call('highest', () => inner.highest(resource)),
-    mark: (resource) => call('mark', () => inner.mark(resource)),
-    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req),
-    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req),
-    finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
-    renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
-    // a release the store did not answer is tried again (the request was never sent, or the
-    // upstream said it did nothing); the caller still hears of the failure
-    // (at once: a second release of one claim id, before or after the first lands, is a no-op)
-    release: (key, claimId) => call('release', () => inner.release(key, claimId)).catch((e) => {
-      if (!unsent(e)) giveBacks.add(key, claimId, MAX_GIVE_BACK_MS)
-      throw e
-    }),
-    resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
-    unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
-    // a registration a slow store makes after the request gave up on it is ended at once: it would
-    // hold newer tokens of its resource back until its deadline
-    register: (resource, token, id, deadline, now) => {
-      const attempt = inner.register(resource, token, id, deadline, now)
-      return call('register', () => attempt).catch((e) => {
-        attempt.then((r) => { if (r.registered) return inner.unregister(resource, id) }).catch(() => {})
-        throw e
-      })
-    },
-    olderRegistered: (resource, token, now) => call('older_registered', () => inner.olderRegistered(resource, token, now)),
-    unregister: (resource, id, until) => call('unregister', () => inner.unregister(resource, id, until)),
-    // off the request path: the audit queue bounds, counts and logs its own failures
-    audit: inner.audit,
-    markers: () => call('markers', () => inner.markers()),
-    acceptLoss: () => call('accept_loss', () => inner.acceptLoss()),
-    ping: () => call('ping', () => inner.ping()),
-    close: async () => {
-      await giveBacks.close()
-      await inner.close()
-    },
-  }
-}
+// the doctor
+export { inspectStore } from './doctor/inspect.js'
+export { RiskRefused, type DoctorReport, type Finding, type FindingStatus } from './doctor/findings.js'
+export { lossFinding } from './doctor/loss.js'
+export { runningReport } from './memory/settings.js'

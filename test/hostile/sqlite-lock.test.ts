@@ -12,8 +12,7 @@ import { afterEach, describe, expect, test } from 'vitest'
 import { withGateway } from '../helpers/gateway.js'
 import { expectProblem, post, send, type Reply } from '../helpers/http.js'
 import { sleep } from '../helpers/wait.js'
-import { SqliteStore } from '../../src/store/sqlite/index.js'
-import { StoreError } from '../../src/store/types.js'
+import { SqliteStore, StoreError } from '../../src/store/index.js'
 
 const ROOT = resolve(import.meta.dirname, '../..')
 

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { randomUUID } from 'node:crypto'
 import { parseConfig, ConfigError } from '../../src/config/load.js'
-import { inspectStore } from '../../src/store/doctor.js'
+import { inspectStore } from '../../src/store/index.js'
 import { gatewayConfig, startTestGateway, type StoreInput, type TestGateway } from '../helpers/gateway.js'
 import { expectProblem, post } from '../helpers/http.js'
 import { PG_URL, dropPostgresSchema } from '../helpers/stores.js'

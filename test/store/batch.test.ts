@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest'
-import { batcher } from '../../src/store/batch.js'
+import { batcher } from '../../src/store/postgres/batcher.js'
 
 /** A batch runner that refuses any batch holding a negative input, like a server refusing one value. */
 function runner() {

@@ -6,7 +6,7 @@
  * What a release leaves is read the way a gateway would read it: through `claim` and `unknowns`.
  */
 import { describe, expect, test } from 'vitest'
-import type { Store } from '../../src/store/types.js'
+import type { Store } from '../../src/store/index.js'
 import { key, req, sampleResponse, T0 } from './conformance.js'
 
 const DAY = 86_400_000

@@ -14,13 +14,9 @@
  *   describeStoreConformance('sqlite', make, { cleanup, makeSecond, failClaims })
  */
 import { afterEach, describe, expect, test } from 'vitest'
-import type { AuditEntry } from '../../src/store/attempt-log/types.js'
+import { StoreError, StoreWentBack, type AuditEntry, type ClaimRequest, type ClaimResult, type LossNote, type RecordKey, type Registration, type Store, type StoredResponse, type UnknownReason } from '../../src/store/index.js'
 import { randomUUID } from 'node:crypto'
-import type { Registration } from '../../src/store/types.js'
-import { StoreWentBack } from '../../src/store/sequence.js'
-import type { LossNote } from '../../src/store/loss-note.js'
 import { describeRelease } from './conformance-give-back.js'
-import { StoreError, type ClaimRequest, type ClaimResult, type RecordKey, type Store, type StoredResponse, type UnknownReason } from '../../src/store/types.js'
 
 export type Cleanup = () => Promise<void> | void
 

@@ -5,8 +5,7 @@
 // the back), after a pause doubling to 5 s.
 // Checked with the Store test double of ./scripted.ts on fake timers (time itself included).
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest'
-import { guardStore } from '../../src/store/index.js'
-import { StoreError, type Store } from '../../src/store/types.js'
+import { guardStore, StoreError, type Store } from '../../src/store/index.js'
 import { keyHashOf } from '../../src/idempotency/record-key.js'
 import type { Metrics } from '../../src/telemetry/metrics.js'
 import type { Logger } from '../../src/log.js'

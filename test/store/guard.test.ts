@@ -6,9 +6,7 @@
 // Checked with a Store test double whose claim/admit answer when the test says, and with the real
 // MemoryStore behind a proxy that holds its answers back.
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest'
-import { guardStore } from '../../src/store/index.js'
-import { MemoryStore } from '../../src/store/memory.js'
-import { StoreError, StoreFull, type ClaimResult, type Store } from '../../src/store/types.js'
+import { guardStore, MemoryStore, StoreError, StoreFull, type ClaimResult, type Store } from '../../src/store/index.js'
 import type { Metrics } from '../../src/telemetry/metrics.js'
 import type { Logger } from '../../src/log.js'
 import { key, req, T0 } from './conformance.js'

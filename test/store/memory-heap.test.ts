@@ -8,7 +8,7 @@ import { resolve } from 'node:path'
 import { expect, test } from 'vitest'
 import { run } from '../helpers/run.js'
 
-const MEMORY = resolve(import.meta.dirname, '../../dist/src/store/memory.js')
+const MEMORY = resolve(import.meta.dirname, '../../dist/src/store/memory/index.js')
 const N = 100_000
 
 const CHILD = `

@@ -1,6 +1,5 @@
 import { describe, expect, test } from 'vitest'
-import { MemoryStore } from '../../src/store/memory.js'
-import { StoreError, StoreFull, type RecordKey, type Store } from '../../src/store/types.js'
+import { MemoryStore, StoreError, StoreFull, type RecordKey, type Store } from '../../src/store/index.js'
 import { describeStoreConformance } from './conformance.js'
 
 /** past every `now` a test uses: the filler records never expire nor lapse, ms */

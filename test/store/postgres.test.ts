@@ -3,8 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { PostgresStore, migratePostgres } from '../../src/store/postgres/index.js'
-import { StoreError } from '../../src/store/types.js'
+import { migratePostgres, PostgresStore, StoreError } from '../../src/store/index.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 
 const URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'

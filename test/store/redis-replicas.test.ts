@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startLocalReplicated, type LocalReplicated } from '../../scripts/redis-cluster.js'
 import { RedisStore, ReplicaShortfall } from '../../src/store/redis/index.js'
-import { StoreError, type Store } from '../../src/store/types.js'
+import { StoreError, type Store } from '../../src/store/index.js'
 import { describeStoreConformance, key, req, T0 } from './conformance.js'
 
 const run = `fgw-${randomUUID().slice(0, 8)}`

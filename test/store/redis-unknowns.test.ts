@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
-import { RedisStore } from '../../src/store/redis/index.js'
+import { RedisStore } from '../../src/store/index.js'
 import { key, req, sampleResponse, T0 } from './conformance.js'
 import { until } from '../helpers/wait.js'
 

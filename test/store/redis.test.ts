@@ -3,8 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, describe, expect, test } from 'vitest'
 import { Redis } from 'ioredis'
-import { RedisStore } from '../../src/store/redis/index.js'
-import { StoreError, type Store } from '../../src/store/types.js'
+import { RedisStore, StoreError, type Store } from '../../src/store/index.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'

@@ -1,8 +1,7 @@
 // A Store test double for guardStore's tests (guard.test.ts, give-back.test.ts): claims that
 // answer when the test says, releases that answer or fail as the test says, and the calls made.
 import { vi } from 'vitest'
-import type { AdmitResult, ClaimResult, Completion, RecordKey, Registration, ReleaseResult, Store } from '../../src/store/types.js'
-import type { AuditLog } from '../../src/store/attempt-log/types.js'
+import type { AdmitResult, AuditLog, ClaimResult, Completion, RecordKey, Registration, ReleaseResult, Store } from '../../src/store/index.js'
 
 /**
  * What guardStore touches of the metrics: the error counter and the duration histogram, by store

@@ -10,7 +10,7 @@
  * sources); not a test file itself.
  */
 import { createInterface } from 'node:readline'
-import { SqliteStore } from '../../src/store/sqlite/index.js'
+import { SqliteStore } from '../../src/store/index.js'
 
 const path = process.env.FG_DB!
 const worker = Number(process.env.FG_WORKER)

@@ -6,8 +6,7 @@ import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, test } from 'vitest'
 import Database from 'better-sqlite3'
-import { SqliteStore } from '../../src/store/sqlite/index.js'
-import { StoreError, type Store } from '../../src/store/types.js'
+import { SqliteStore, StoreError, type Store } from '../../src/store/index.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 
 const dirs: string[] = []

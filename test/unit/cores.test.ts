@@ -1,10 +1,10 @@
 // The record state machine, the fencing window tracker and the header rules, without sockets.
 import { describe, expect, test } from 'vitest'
 import type { IncomingMessage } from 'node:http'
-import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, type IdemRecord } from '../../src/store/record-state.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, type IdemRecord } from '../../src/store/shared/record-state.js'
 import { WindowTracker } from '../../src/fencing/window-tracker.js'
 import { connectionNamed, requestHeaders, responseHeaders, flat } from '../../src/forward/headers.js'
-import type { ClaimRequest } from '../../src/store/types.js'
+import type { ClaimRequest } from '../../src/store/index.js'
 
 const T = 1_700_000_000_000
 const req = (claimId: string, over: Partial<ClaimRequest> = {}): ClaimRequest => ({ fingerprint: 'fp', claimId, leaseMs: 1_000, ttlMs: 60_000, retryUnknown: false, ...over })

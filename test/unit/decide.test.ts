@@ -4,7 +4,7 @@
 import { describe, expect, test } from 'vitest'
 import { decide, type ClaimAnswer, type Decision, type FenceAnswer, type KeyInput } from '../../src/admission/decide.js'
 import type { FenceInput } from '../../src/fencing/read.js'
-import type { ClaimResult } from '../../src/store/types.js'
+import type { ClaimResult } from '../../src/store/index.js'
 import { Problem } from '../../src/problems.js'
 
 const T = 1_700_000_000_000

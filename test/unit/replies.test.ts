@@ -1,6 +1,6 @@
 // What the server-side stores answer, decoded once for redis and postgres (src/store/replies.ts).
 import { describe, expect, test } from 'vitest'
-import { asReason, claimResult, fenceResult, resolveResult } from '../../src/store/replies.js'
+import { asReason, claimResult, fenceResult, resolveResult } from '../../src/store/shared/replies.js'
 
 describe('replies of the server-side stores (src/store/replies.ts)', () => {
   test('a fence: accepted, the mark as an exact bigint, since and raised only when given', () => {

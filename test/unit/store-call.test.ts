@@ -1,7 +1,7 @@
 // The closed check and StoreError wrapping every store uses (src/store/call.ts).
 import { describe, expect, test } from 'vitest'
-import { closedError, storeCall, storeError } from '../../src/store/call.js'
-import { StoreError } from '../../src/store/types.js'
+import { closedError, storeCall, storeError } from '../../src/store/shared/call.js'
+import { StoreError } from '../../src/store/index.js'
 
 describe('store calls (src/store/call.ts)', () => {
   test('after close: StoreError naming the operation, and the operation never runs', async () => {

@@ -1,8 +1,8 @@
 /**
- * Group commit of the PostgreSQL store (../batch.ts): the calls of one operation made in one
+ * Group commit of the PostgreSQL store (./batcher.ts): the calls of one operation made in one
  * event-loop turn, or while earlier batches of it run, go as one call of a `*_many` function —
  * one round trip and one transaction for all of them — whose rows answer each call as its
- * single-call form would (./sql.ts). Rows are decoded by ../replies.ts, shared with Redis.
+ * single-call form would (./sql.ts). Rows are decoded by ../shared/replies.ts, shared with Redis.
  *
  * Every batch runs with the write sequence around it (./sequence.ts).
  *
@@ -10,9 +10,9 @@
  * each call is made again alone, so only the calls that fail on their own fail.
  */
 import type pg from 'pg'
-import { batcher, type BatchOptions } from '../batch.js'
-import { claimResult, fenceResult, releaseResult, type ClaimFields, type FenceFields } from '../replies.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration, ReleaseResult } from '../types.js'
+import { batcher, type BatchOptions } from './batcher.js'
+import { claimResult, fenceResult, releaseResult, type ClaimFields, type FenceFields } from '../shared/replies.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceRequest, FenceResult, RecordKey, Registration, ReleaseResult } from '../contract/store.js'
 import { refusedAndRolledBack } from './errors.js'
 import { arrayLiteral } from './arrays.js'
 import type { Named, Queries } from './queries.js'

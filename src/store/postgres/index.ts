@@ -6,8 +6,8 @@
  * `store.migrate: false`. The SQL text — tables, plpgsql functions, statements — is in ./sql.ts.
  * The attempt log's table is read and written in ./attempt-log.ts; the state markers (the epoch,
  * accept-loss) and the timeline are read in ./markers.ts, and the operators' reads (a mark, the
- * unknown outcomes) in ./reads.ts; the registrations of `fencing.serialize: store` in
- * ./serialize.ts.
+ * unknown outcomes) in ./reads.ts, renew and resolve in ./records.ts; the registrations of
+ * `fencing.serialize: store` in ./serialize.ts.
  * The request path's operations (fence, claim, admit, finish, release) are group-committed
  * (./batches.ts): the calls of one operation made in one event-loop turn, or while earlier
  * batches of it run, go as one call of a `*_many` function — one round trip and one transaction
@@ -16,10 +16,10 @@
  *   returns no row (equal or stale token) a read of the mark, both in one plpgsql function so
  *   the second statement sees the row the first one compared against (or a later one);
  * - claim: a plpgsql function that inserts the record (`ON CONFLICT DO NOTHING`), or else locks
- *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/record-state.ts;
+ *   the existing row (`SELECT … FOR UPDATE`) and applies the table of src/store/shared/record-state.ts;
  * - admit: the fence and, when it accepts, the claim, in one function;
  * - finish: one `UPDATE` guarded by claim_id and state = 'in_flight'; release: a plpgsql function
- *   that locks the row held by claim_id and applies decideRelease of src/store/record-state.ts.
+ *   that locks the row held by claim_id and applies decideRelease of src/store/shared/record-state.ts.
  * Tokens travel as decimal text and are stored as BIGINT: never a JS number.
  * A reaper deletes expired records in batches of 1000 (`FOR UPDATE SKIP LOCKED`, so replicas
  * reaping at once do not queue behind each other; ./reaping.ts).
@@ -30,27 +30,27 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../types.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
-import type { OlderWrites, Registration } from '../types.js'
-import { withSince } from '../fences.js'
-import { storeCall } from '../call.js'
-import { resolveResult } from '../replies.js'
-import { StoreClock } from '../clock.js'
+import type { OlderWrites, Registration } from '../contract/store.js'
+import { withSince } from '../contract/fences.js'
+import { storeCall } from '../shared/call.js'
+import { StoreClock } from '../shared/clock.js'
 import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
-import { migratePostgres, quoted } from './migrate.js'
+import { migratePostgres, quoted, schemaUpToDate } from './migrate.js'
 import { queries, type Named, type Queries } from './queries.js'
 import { sequencedQuery, Timeline, type SequencedQuery } from './sequence.js'
-import { WriteSequence } from '../sequence.js'
+import { WriteSequence } from '../state-loss/sequence.js'
 import { StandbyWatch } from './standbys.js'
 import { createPool, type PostgresStoreOptions } from './pool.js'
 import { acceptLoss, readEpoch, readMarkers, readTimeline, retireEpoch } from './markers.js'
-import type { LossNote } from '../loss-note.js'
+import type { LossNote } from '../state-loss/note.js'
 import { readHighest, readMark, readUnknowns } from './reads.js'
 import { olderRegistered, register } from './serialize.js'
 import { reapIn } from './reaping.js'
+import { renew, resolve } from './records.js'
 
 export { migratePostgres }
 export type { PostgresStoreOptions } from './pool.js'
@@ -78,7 +78,7 @@ export class PostgresStore implements Store {
   readonly sequence: WriteSequence
   /** the timeline followed (./sequence.ts) */
   readonly #timeline: Timeline
-  /** the server's clock against this process's (../clock.ts) */
+  /** the server's clock against this process's (../shared/clock.ts) */
   readonly clock: StoreClock
 
   /** Use `PostgresStore.open`, which also checks that the schema is there. */
@@ -127,9 +127,7 @@ export class PostgresStore implements Store {
       store.epoch = await readEpoch(store.#pool, q)
       store.#timeline.known ??= await readTimeline(store.#pool).catch(() => undefined)
       await store.#standbys?.start()
-      const { rows: fns } = await store.#pool.query(q.upToDate, [q.admitManyName, options.schema ?? 'public', q.settleManyName])
-      const { rows: seq } = await store.#pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(options.schema ?? 'public')}.fg_seq_v1`])
-      if (!fns[0].ok || !seq[0].ok) {
+      if (!(await schemaUpToDate(store.#pool, q, options.schema ?? 'public'))) {
         await store.close()
         throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
       }
@@ -146,7 +144,7 @@ export class PostgresStore implements Store {
     return store
   }
 
-  /** Writes the loss note and a new epoch: every gateway sharing the store sees the loss (../state-loss.ts). */
+  /** Writes the loss note and a new epoch: every gateway sharing the store sees the loss (../state-loss/watch.ts). */
   retireEpoch(note: LossNote): Promise<void> {
     return this.#run('retire_epoch', () => retireEpoch(this.#pool, this.#q, note))
   }
@@ -192,7 +190,7 @@ export class PostgresStore implements Store {
       fence: this.#localFence(r.fence), ...(r.claim ? { claim: this.#localClaim(r.claim) } : {}),
     }), async (e: unknown) => {
       // The transaction rolled the fence back with the failed claim, but every store leaves the
-      // fence's decision standing (types.ts `admit`): on a Redis Cluster the fence is on another
+      // fence's decision standing (../contract/store.ts `admit`): on a Redis Cluster the fence is on another
       // slot, and nothing may lower a mark (an older token could get in after a newer one was
       // forwarded). So the lone fence is made again, here and not in the SQL functions, which
       // gateways of the previous version still call during a rolling upgrade. Not when the store
@@ -225,18 +223,11 @@ export class PostgresStore implements Store {
 
   /** One guarded UPDATE, outside the group commit: renewals are rare (a quarter lease apart). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', async () => {
-      const { rowCount } = await this.#pool.query({ ...this.#q.renew, values: [Math.round(leaseMs), key.route, key.scope, key.key, claimId, this.#now(now)] })
-      return (rowCount ?? 0) > 0
-    })
+    return this.#run('renew', () => renew(this.#pool, this.#q, key, claimId, leaseMs, this.#now(now)))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', async () => {
-      const { rows } = await this.#write<{ o_kind: string; o_reason: string | null; o_state: string | null }>(this.#q.resolve, [key.route, key.scope, key.key, as, this.#now(now), Math.round(ttlMs)])
-      const r = rows[0]
-      return resolveResult(r.o_kind, r.o_kind === 'refused' ? r.o_state : r.o_reason)
-    })
+    return this.#run('resolve', () => resolve(this.#write, this.#q, key, as, ttlMs, this.#now(now)))
   }
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {

@@ -1,14 +1,14 @@
 /**
  * The state markers in PostgreSQL (fg_meta_v1): the epoch written when the schema was first
- * created, reading the markers, accept-loss, retiring the epoch with its loss note (../loss-note.ts); and the server's current
+ * created, reading the markers, accept-loss, retiring the epoch with its loss note (../state-loss/note.ts); and the server's current
  * timeline, which ./sequence.ts follows (a new one without store.replicas is reported).
  */
 import type pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import type { StateMarkers } from '../types.js'
+import type { StateMarkers } from '../contract/store.js'
 import { currentTimelineSql, type Timeline } from './sequence.js'
 import type { Queries } from './queries.js'
-import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
+import { decodeNote, encodeNote, type LossNote } from '../state-loss/note.js'
 
 /** The server's current timeline; rejects on a standby (no WAL of its own). */
 export async function readTimeline(pool: pg.Pool): Promise<string> {

@@ -4,8 +4,8 @@
  */
 import pg from 'pg'
 import { randomUUID } from 'node:crypto'
-import { StoreError } from '../types.js'
-import { queries } from './queries.js'
+import { StoreError } from '../contract/store.js'
+import { queries, type Queries } from './queries.js'
 import { migrateSql, registrationsSchemaSql, schemaSql } from './sql.js'
 import { sequenceSchemaSql } from './sequence.js'
 
@@ -54,4 +54,11 @@ export async function migratePostgres(options: { url: string; schema?: string; c
   } finally {
     await client.end().catch(() => {})
   }
+}
+
+/** Whether the schema has the functions this version calls (the admit and settle batches, the write sequence). */
+export async function schemaUpToDate(pool: pg.Pool, q: Queries, schema: string): Promise<boolean> {
+  const { rows: fns } = await pool.query(q.upToDate, [q.admitManyName, schema, q.settleManyName])
+  const { rows: seq } = await pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(schema)}.fg_seq_v1`])
+  return fns[0].ok && seq[0].ok
 }

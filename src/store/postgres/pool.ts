@@ -3,7 +3,7 @@
  * connection, statements cancelled by the server, a dropped connection never fatal.
  */
 import pg from 'pg'
-import type { WriteSequence } from '../sequence.js'
+import type { WriteSequence } from '../state-loss/sequence.js'
 
 export interface PostgresStoreOptions {
   /** postgres:// or postgresql:// URL; `?application_name=` names the connections (default "fencegate") */
@@ -20,7 +20,7 @@ export interface PostgresStoreOptions {
   reapIntervalMs?: number
   /** attempt log entries older than this are deleted by the reaper, ms; default 7 days */
   auditRetentionMs?: number
-  /** the write sequence to follow (../sequence.ts); default a new one */
+  /** the write sequence to follow (../state-loss/sequence.ts); default a new one */
   sequence?: WriteSequence
   /** synchronous standbys required (store.replicas); 0 (default): a new timeline counts as state loss */
   replicas?: number

@@ -3,8 +3,8 @@
  * since when) and the records whose outcome is unknown.
  */
 import type pg from 'pg'
-import type { StoreClock } from '../clock.js'
-import type { FenceMark, UnknownReason, UnknownRecord } from '../types.js'
+import type { StoreClock } from '../shared/clock.js'
+import type { FenceMark, UnknownReason, UnknownRecord } from '../contract/store.js'
 import type { Queries } from './queries.js'
 
 export async function readHighest(pool: pg.Pool, q: Queries, resource: string): Promise<bigint | undefined> {

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL store's write sequence (../sequence.ts) and timeline.
+ * The PostgreSQL store's write sequence (../state-loss/sequence.ts) and timeline.
  *
  * `fg_seq_v1` is one row, advanced by every write statement of the request path, in the same
  * statement (and so the same transaction): the batches' text is wrapped as
@@ -15,7 +15,7 @@
  * the promotion itself, where pg_control_checkpoint() would wait for the next checkpoint.
  */
 import pg from 'pg'
-import type { WriteSequence } from '../sequence.js'
+import type { WriteSequence } from '../state-loss/sequence.js'
 import type { Named } from './queries.js'
 
 /** The sequence's table and function, for the (validated, quoted) schema `s`; run by the migration. */

@@ -5,8 +5,8 @@
  * registrations' table says so (./errors.ts).
  */
 import type pg from 'pg'
-import type { StoreClock } from '../clock.js'
-import type { OlderWrites, Registration } from '../types.js'
+import type { StoreClock } from '../shared/clock.js'
+import type { OlderWrites, Registration } from '../contract/store.js'
 import type { GroupCommit } from './batches.js'
 import { registrationsMissing } from './errors.js'
 import type { Queries } from './queries.js'

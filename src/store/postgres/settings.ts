@@ -1,13 +1,14 @@
 /**
- * The PostgreSQL settings probe of `fencegate doctor` (../doctor.ts): synchronous_commit, fsync,
+ * The PostgreSQL settings probe of `fencegate doctor` (../doctor/inspect.ts): synchronous_commit, fsync,
  * synchronous_standby_names and the standbys streaming (pg_stat_replication), pg_is_in_recovery(),
- * and the schema's loss note when a gateway left one (../loss-note.ts).
+ * and the schema's loss note when a gateway left one (../state-loss/note.ts).
  */
 import { shortfall } from './standbys.js'
 import pg from 'pg'
 import type { Config } from '../../config/schema.js'
-import type { Finding } from '../findings.js'
-import { decodeNote, lossFinding } from '../loss-note.js'
+import type { Finding } from '../doctor/findings.js'
+import { decodeNote } from '../state-loss/note.js'
+import { lossFinding } from '../doctor/loss.js'
 import { quoted } from './migrate.js'
 import { queries } from './queries.js'
 
@@ -49,7 +50,7 @@ export async function postgresFindings(config: Config['store']): Promise<Finding
     } else {
       out.push({ id: 'standbys', status: 'ok', setting: `synchronous_standby_names '', ${Number.isNaN(streaming) ? 'standbys not visible' : 'no standby streaming'}`, consequence: 'No standby to fail over to (none seen): nothing is lost to a failover; while PostgreSQL is down, fenced routes answer 503. If a standby is added later, make it synchronous.' })
     }
-    // the schema's loss note (../loss-note.ts); a schema not made yet has none
+    // the schema's loss note (../state-loss/note.ts); a schema not made yet has none
     const noted = await client.query(queries(quoted(config.schema)).lossNote).catch(() => ({ rows: [] as { value: string }[] }))
     const note = decodeNote(noted.rows[0]?.value)
     if (note) out.push(lossFinding(note))

@@ -8,7 +8,7 @@
  * (https://www.postgresql.org/docs/15/runtime-config-replication.html#GUC-SYNCHRONOUS-STANDBY-NAMES)
  */
 import type pg from 'pg'
-import { StoreError } from '../types.js'
+import { StoreError } from '../contract/store.js'
 
 /**
  * How many standbys each commit waits for, from `synchronous_standby_names`: `FIRST n (…)` and

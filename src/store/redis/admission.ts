@@ -15,9 +15,9 @@
  * runs only after FENCE accepted), and a newer token fenced between the two is what could
  * happen just after ADMIT too: the request is forwarded either way.
  */
-import type { StoreClock } from '../clock.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, FenceRequest, FenceResult, RecordKey } from '../types.js'
-import { withSince } from '../fences.js'
+import type { StoreClock } from '../shared/clock.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, FenceRequest, FenceResult, RecordKey } from '../contract/store.js'
+import { withSince } from '../contract/fences.js'
 import type { Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 import { ReplicaShortfall, type Writer } from './replicas.js'
@@ -116,5 +116,5 @@ async function admitOnCluster(a: Admission, fenceReq: FenceRequest, key: RecordK
 async function giveBack(a: Admission, key: RecordKey, req: ClaimRequest, claimed: ClaimResult): Promise<void> {
   if (claimed.kind !== 'claimed') return
   await a.writer.call(SCRIPTS.fgRelease, a.keys.recordKeys(key), [req.claimId], false)
-    .catch(() => { /* guardStore gives it back again (../index.ts), else the lease ends it: an unknown outcome (crash) */ })
+    .catch(() => { /* guardStore gives it back again (../runtime/guard.ts), else the lease ends it: an unknown outcome (crash) */ })
 }

@@ -4,11 +4,11 @@
  * `master_replid2`, while a restarted primary simply has a new one. So the primary the gateway knew
  * was replaced by a replica exactly when the new primary's `master_replid2` is the id it knew.
  * Without `store.replicas` (no WAIT) that replica may lack acknowledged writes — writes no gateway
- * may ever have seen answered, so the write sequence (../sequence.ts) alone cannot tell — and the
+ * may ever have seen answered, so the write sequence (../state-loss/sequence.ts) alone cannot tell — and the
  * failover itself counts as state loss. A restart is left to the sequence and the epoch marker.
  * Not seen: two failovers between two looks (the second primary's replid2 is the first's).
  */
-import type { WriteSequence } from '../sequence.js'
+import type { WriteSequence } from '../state-loss/sequence.js'
 
 /** A primary's replication ids. */
 export interface ReplicationIds {

@@ -3,8 +3,9 @@
  * server (with or without replicas), or a Redis Cluster (`cluster: true`, `url` lists seed nodes).
  *
  * The parts, each in a file of its own beside this one:
- *   ./scripts.ts      the Lua scripts (every read-then-write is one, so Redis runs it atomically)
- *                     and how their answers map onto the `Store` results (../replies.ts)
+ *   ./lua.ts          the Lua scripts (every read-then-write is one, so Redis runs it atomically)
+ *   ./scripts.ts      their names, SHAs and key counts, the write sequence around each write
+ *   ./replies.ts      how their answers map onto the `Store` results (../shared/replies.ts)
  *   ./keys.ts         the key layout (every key its own hash tag) and the cluster slot of a key
  *   ./connection.ts   the ioredis client, what it retries, and a script sent to a slot's master;
  *                     the servers' TIME and PING
@@ -15,34 +16,31 @@
  *                     server), or a SCAN of every master (cluster)
  *   ./options.ts      what the store is opened with
  *   ./admission.ts    fence, claim and admit (and a claim the replicas lack given back)
+ *   ./records.ts      finish, renew, release and resolve of a claimed record
  *   ./serialize.ts    the registrations of `fencing.serialize: store`
  * and here the `Store` operations, which put those together.
  */
-import { storeCall } from '../call.js'
-import { resolveResult } from '../replies.js'
-import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../types.js'
+import { storeCall } from '../shared/call.js'
+import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
-import { StoreClock } from '../clock.js'
+import { StoreClock } from '../shared/clock.js'
 import { createClient, ping, serverTime, timeOf, type Conn } from './connection.js'
 import { KeyNames } from './keys.js'
 import { Writer } from './replicas.js'
-import { WriteSequence } from '../sequence.js'
+import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
-import type { LossNote } from '../loss-note.js'
+import type { LossNote } from '../state-loss/note.js'
 import { unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
-import { releaseOf, type ReleaseReply } from './replies.js'
-import { SCRIPTS } from './scripts.js'
-import { admit, claim, fence, nowArg, type Admission } from './admission.js'
+import { admit, claim, fence, type Admission } from './admission.js'
+import { finish, release, renew, resolve } from './records.js'
 import { olderRegistered, register, unregister } from './serialize.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
 export type { RedisStoreOptions } from './options.js'
-
-const noop = (): void => {}
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const
@@ -57,13 +55,13 @@ export class RedisStore implements Store {
   readonly audit: AuditLog
   /** the value written when this key prefix was first used (see `open`) */
   epoch = ''
-  /** this process's write sequence (../sequence.ts); none on a cluster (a script reaches one slot only) */
+  /** this process's write sequence (../state-loss/sequence.ts); none on a cluster (a script reaches one slot only) */
   readonly sequence?: WriteSequence
   /** one server: the primary followed (./history.ts) */
   readonly #history: ReplicationHistory
   /** the check after a reconnection, which every call waits for */
   #verifying?: Promise<void>
-  /** the server's clock against this process's (../clock.ts); on a cluster, the master furthest off */
+  /** the server's clock against this process's (../shared/clock.ts); on a cluster, the master furthest off */
   readonly clock: StoreClock
   /** what ./admission.ts and ./serialize.ts run with */
   readonly #ops: Admission
@@ -104,7 +102,7 @@ export class RedisStore implements Store {
       // runs, make sure this is the primary the gateway knew, or one that may lack nothing
       if (!cluster && this.epoch && !this.#verifying) {
         const verifying = this.#checkHistory('reconnect').finally(() => { this.#verifying = undefined })
-        // a loss found here is heard through the sequence's listeners (../state-loss.ts) and fails
+        // a loss found here is heard through the sequence's listeners (../state-loss/watch.ts) and fails
         // the next call that waits for this check; with no call waiting it must not surface as an
         // unhandled rejection (which ends a Node process)
         verifying.catch(() => {})
@@ -234,31 +232,20 @@ export class RedisStore implements Store {
   }
 
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', () => {
-      const status = done.kind === 'completed' ? String(done.response.status) : done.kind === 'not_stored' ? String(done.status) : ''
-      return this.#writer.write<number>('finish', SCRIPTS.fgFinish, this.#keys.recordKeys(key), [claimId, done.kind, nowArg(this.clock, now), String(Math.max(1, ttlMs)), status,
-        done.kind === 'completed' ? JSON.stringify(done.response.headers) : '',
-        done.kind === 'completed' ? done.response.body : '',
-        done.kind === 'unknown' ? done.reason : ''], false, (n) => Number(n) === 1).then(noop)
-    })
+    return this.#run('finish', () => finish(this.#ops, key, claimId, done, ttlMs, now))
   }
 
-  /** No WAIT: a renewal lost in a failover only ends the lease sooner (an unknown outcome, reason crash). */
+  /** No WAIT (./records.ts). */
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', async () => Number(await this.#writer.call<number>(SCRIPTS.fgRenew, [this.#keys.record(key)], [claimId, String(Math.max(0, Math.round(leaseMs))), nowArg(this.clock, now)], false, 'renew')) === 1)
+    return this.#run('renew', () => renew(this.#ops, key, claimId, leaseMs, now))
   }
 
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
-    return this.#run('release', async () => releaseOf(
-      await this.#writer.write<ReleaseReply>('release', SCRIPTS.fgRelease, this.#keys.recordKeys(key), [claimId], false, (r) => String(r[0]) !== 'not_held')))
+    return this.#run('release', () => release(this.#ops, key, claimId))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', async () => {
-      const [kind, detail] = (await this.#writer.write<(string | Buffer)[]>('resolve', SCRIPTS.fgResolve, this.#keys.recordKeys(key), [as, nowArg(this.clock, now), String(Math.max(1, ttlMs))], false,
-        (x) => x[0].toString() === 'resolved')).map(String)
-      return resolveResult(kind, detail)
-    })
+    return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now))
   }
 
   /**

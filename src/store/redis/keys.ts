@@ -17,8 +17,8 @@
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
  *   {fg:<prefix>:accepted}                   string: the epoch an operator accepted after a loss
  *   {fg:<prefix>:lossnote}                   string: what the gateway that retired the epoch saw
- *                                            (JSON, ../loss-note.ts); deleted by accept-loss
- *   {fg:<prefix>:seq}                        string: the write sequence (../sequence.ts), advanced by
+ *                                            (JSON, ../state-loss/note.ts); deleted by accept-loss
+ *   {fg:<prefix>:seq}                        string: the write sequence (../state-loss/sequence.ts), advanced by
  *                                            every script but the attempt log's (one server only)
  *   {fg:<prefix>:audit}                      stream: the attempt log (one server)
  *   {fg:<prefix>:unsettled}                  sorted set: the index of unsettled records (one
@@ -39,7 +39,7 @@
  * tag early or make two records share a key. These names are shared with older gateways on the
  * same Redis: they do not change.
  */
-import type { RecordKey } from '../types.js'
+import type { RecordKey } from '../contract/store.js'
 
 const KEY_SPECIAL = /[%{}:]/
 
@@ -111,7 +111,7 @@ export class KeyNames {
   readonly #base: string
   readonly epoch: string
   readonly accepted: string
-  /** the loss note (../loss-note.ts) */
+  /** the loss note (../state-loss/note.ts) */
   readonly lossNote: string
   /** the write sequence (one server) */
   readonly seq: string

@@ -1,12 +1,12 @@
 /**
  * The state markers in Redis (contract §3): the prefix's epoch, the epoch an operator accepted,
- * the loss note of the gateway that retired the epoch (../loss-note.ts), and on a cluster a copy of the epoch in every block of slots (./keys.ts), so that a master that
+ * the loss note of the gateway that retired the epoch (../state-loss/note.ts), and on a cluster a copy of the epoch in every block of slots (./keys.ts), so that a master that
  * came back empty, or a replica promoted without the data, shows as a loss.
  */
 import { randomUUID } from 'node:crypto'
 import type { Cluster, Redis } from 'ioredis'
-import type { StateMarkers } from '../types.js'
-import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
+import type { StateMarkers } from '../contract/store.js'
+import { decodeNote, encodeNote, type LossNote } from '../state-loss/note.js'
 import type { Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 
@@ -67,7 +67,7 @@ export async function acceptLoss(r: Conn, keys: KeyNames, cluster: boolean): Pro
 
 /**
  * Writes the loss note, then a new epoch (a cluster's copies are left as they are: the epoch then
- * reads as lost there too): every gateway sharing the store sees the loss (../state-loss.ts), and
+ * reads as lost there too): every gateway sharing the store sees the loss (../state-loss/watch.ts), and
  * whoever sees the new epoch finds the note.
  */
 export async function retireEpoch(r: Conn, keys: KeyNames, note: LossNote): Promise<void> {

@@ -1,5 +1,5 @@
 /** What a Redis store is opened with: one server, Sentinels or a cluster, timeouts, replicas, clock. */
-import type { WriteSequence } from '../sequence.js'
+import type { WriteSequence } from '../state-loss/sequence.js'
 
 export interface RedisStoreOptions {
   /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated; with `sentinels`, optional */
@@ -18,7 +18,7 @@ export interface RedisStoreOptions {
   replicas?: number
   /** WAIT's timeout, ms; default 250 */
   replicasTimeoutMs?: number
-  /** the write sequence to follow (../sequence.ts); default a new one */
+  /** the write sequence to follow (../state-loss/sequence.ts); default a new one */
   sequence?: WriteSequence
   /** Sentinels (host:port) to find the primary named `sentinelName` through; `url` then gives only credentials, TLS and database */
   sentinels?: string[]

@@ -12,11 +12,11 @@
  * "Redis replicas and failover").
  */
 import { Redis, type Cluster } from 'ioredis'
-import { StoreError } from '../types.js'
+import { StoreError } from '../contract/store.js'
 import { callScript, onMaster, type Conn } from './connection.js'
 import type { SequencedReply } from './replies.js'
 import { SEQUENCED, type Script } from './scripts.js'
-import type { WriteSequence } from '../sequence.js'
+import type { WriteSequence } from '../state-loss/sequence.js'
 
 /** Fewer replicas than asked acknowledged a write in time (or the connection failed under the WAIT). */
 export class ReplicaShortfall extends StoreError {
@@ -65,7 +65,7 @@ export interface WriterOptions {
   /** cluster: how long `onMaster` keeps trying, ms */
   commandTimeoutMs: number
   /**
-   * one server: the write sequence (../sequence.ts), its key and the index's write count's
+   * one server: the write sequence (../state-loss/sequence.ts), its key and the index's write count's
    * (./keys.ts), both advanced by every script but the attempt log's and the reads
    */
   sequence?: { keys: [seq: string, indexWrites: string]; seen: WriteSequence }

@@ -2,8 +2,8 @@
  * The Redis scripts' answers (./lua.ts): their shapes, and each turned into the text fields that
  * ../replies.ts decodes into the `Store` results, once for Redis and PostgreSQL.
  */
-import { claimResult, fenceResult, releaseResult } from '../replies.js'
-import type { ClaimResult, FenceResult, ReleaseResult } from '../types.js'
+import { claimResult, fenceResult, releaseResult } from '../shared/replies.js'
+import type { ClaimResult, FenceResult, ReleaseResult } from '../contract/store.js'
 
 /** A sequenced script's answer: the store's sequence after it, and the script's own answer. */
 export type SequencedReply<T> = [number | string | Buffer, T]

@@ -4,7 +4,7 @@
  * write wrapped in the write sequence (SEQUENCED). ./replies.ts reads their answers.
  */
 import { createHash } from 'node:crypto'
-import type { ClaimRequest } from '../types.js'
+import type { ClaimRequest } from '../contract/store.js'
 import { ADMIT, AUDIT, CLAIM, FENCE, FINISH, OLDER, REGISTER, REINDEX, RELEASE, RENEW, RESOLVE, UNREGISTER } from './lua.js'
 
 /**

@@ -3,7 +3,7 @@
  * (REGISTER, OLDER, UNREGISTER), the scripts index.ts's `register`, `olderRegistered` and
  * `unregister` run, with the answers' instants on this process's clock.
  */
-import type { OlderWrites, Registration } from '../types.js'
+import type { OlderWrites, Registration } from '../contract/store.js'
 import { nowArg, type Admission } from './admission.js'
 import { callScript } from './connection.js'
 import { SCRIPTS } from './scripts.js'

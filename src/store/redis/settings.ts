@@ -1,13 +1,13 @@
 /**
- * The Redis settings probe of `fencegate doctor` (../doctor.ts): appendonly / appendfsync / save,
+ * The Redis settings probe of `fencegate doctor` (../doctor/inspect.ts): appendonly / appendfsync / save,
  * maxmemory-policy, role and replication (against store.replicas), cluster mode — read on the
  * server, or on every master of a cluster (one finding per setting naming the masters it holds
- * for) — and the prefix's loss note, when a gateway left one (../loss-note.ts). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
+ * for) — and the prefix's loss note, when a gateway left one (../state-loss/note.ts). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
  */
 import { Cluster, Redis } from 'ioredis'
 import type { Config } from '../../config/schema.js'
-import type { Finding } from '../findings.js'
-import { lossFinding } from '../loss-note.js'
+import type { Finding } from '../doctor/findings.js'
+import { lossFinding } from '../doctor/loss.js'
 import { KeyNames } from './keys.js'
 import { readNote } from './markers.js'
 

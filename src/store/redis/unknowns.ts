@@ -18,8 +18,8 @@
  * that master's clock: O(records), which is why the gauge reads it at most every 15 s.
  */
 import type { Cluster, Redis } from 'ioredis'
-import { asReason } from '../replies.js'
-import type { UnknownRecord } from '../types.js'
+import { asReason } from '../shared/replies.js'
+import type { UnknownRecord } from '../contract/store.js'
 import { callScript, masters, type Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 import { REINDEX_SCRIPT } from './scripts.js'

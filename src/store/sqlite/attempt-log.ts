@@ -18,7 +18,7 @@
  * `PRUNE_ROWS` at a time (the rest in the next transactions), so a long backlog never stalls.
  */
 import type { Database as Db, Statement, Transaction } from 'better-sqlite3'
-import { storeCall } from '../call.js'
+import { storeCall } from '../shared/call.js'
 import { auditQuerySql, auditRow, countsFromRows, entryFromRow, fencedSql, timelineSql } from '../attempt-log/sql.js'
 import type { AuditCounts, AuditEntry, AuditLog, TimelineFilter } from '../attempt-log/types.js'
 import { refusesWrites } from './disk.js'

@@ -5,8 +5,8 @@
  * refusal, a token equal to the high-water mark) is still answered from what the file holds; one
  * that needs a write fails closed with StoreFull (limit `disk`, 503, nothing forwarded).
  */
-import { StoreFull } from '../errors.js'
-import type { WriteRefusal } from '../types.js'
+import { StoreFull } from '../contract/errors.js'
+import type { WriteRefusal } from '../contract/store.js'
 
 const code = (e: unknown): string => String((e as { code?: unknown } | null)?.code ?? '')
 

@@ -8,7 +8,7 @@ import { mkdirSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db } from 'better-sqlite3'
-import { StoreError } from '../types.js'
+import { StoreError } from '../contract/store.js'
 import { ADDED_COLUMNS, META, REGISTRATIONS_SCHEMA, SCHEMA, addColumn, tableInfo } from './sql.js'
 
 /** An open, initialised file. */

@@ -22,49 +22,32 @@
  * Reads and the calls outside the group commit (resolve, acceptLoss, ping) retry the same way.
  *
  * The SQL text is in ./sql.ts, what each call does inside its transaction in ./operations.ts,
- * opening the file in ./file.ts, the group commit in ./group-commit.ts.
+ * opening the file in ./file.ts, the group commit in ./group-commit.ts, the state markers and
+ * the write sequence in ./markers.ts.
  */
-import { statSync } from 'node:fs'
-import { randomUUID } from 'node:crypto'
-import type { Database as Db, Statement } from 'better-sqlite3'
-import { recordId } from '../record-state.js'
-import { storeCall } from '../call.js'
-import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Store, UnknownRecord } from '../types.js'
+import type { Database as Db } from 'better-sqlite3'
+import { recordId } from '../shared/record-state.js'
+import { storeCall } from '../shared/call.js'
+import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Store, UnknownRecord } from '../contract/store.js'
 import { busyWhy, retryWhileBusy } from './busy.js'
-import { META } from './sql.js'
 import { openFile } from './file.js'
 import { GroupCommit } from './group-commit.js'
 import { DiskWatch } from './disk.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
-import { WriteSequence } from '../sequence.js'
-import { decodeNote, encodeNote, type LossNote } from '../loss-note.js'
+import { WriteSequence } from '../state-loss/sequence.js'
+import type { LossNote } from '../state-loss/note.js'
 import type { AuditLog } from '../attempt-log/types.js'
+import { Meta } from './markers.js'
+import type { SqliteStoreOptions } from './options.js'
 
-export interface SqliteStoreOptions {
-  /** database file; its folder is created when missing */
-  path: string
-  /**
-   * how long a call waits for another process's lock before it fails with StoreError, ms;
-   * default 1000. The wait is asynchronous (retries on timers), except when the file is opened
-   * and initialised, which waits in the constructor.
-   */
-  busyTimeoutMs?: number
-  /** `normal` (default) survives a process crash, `full` also a power loss */
-  synchronous?: 'normal' | 'full'
-  /** how often expired records are deleted, ms; default 60000 (0 turns the reaper off) */
-  reapIntervalMs?: number
-  /** attempt log entries older than this are deleted, ms; default 7 days */
-  auditRetentionMs?: number
-  /** the write sequence to follow (../sequence.ts); default a new one */
-  sequence?: WriteSequence
-}
+export type { SqliteStoreOptions } from './options.js'
 
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
   /** false: a call may wait (on timers) for another process's lock, so guardStore races it */
   readonly inProcess = false
-  /** this process's write sequence (../sequence.ts): `seq` in fg_meta_v1, advanced by every write transaction */
+  /** this process's write sequence (../state-loss/sequence.ts): `seq` in fg_meta_v1, advanced by every write transaction */
   readonly sequence: WriteSequence
   /** set when the file was first initialised; a different value later means the file was replaced */
   readonly epoch: string
@@ -73,13 +56,10 @@ export class SqliteStore implements Store {
   readonly #inode: number
   readonly #db: Db
   readonly #ops: Operations
-  readonly #metaGet: Statement
-  readonly #metaPut: Statement
+  readonly #meta: Meta
   readonly #commits: GroupCommit
   readonly #pingTx: () => void
   readonly #resolveTx: (id: string, as: Resolution, ttlMs: number, now: number) => ResolveResult
-  readonly #acceptLossTx: () => string
-  readonly #retireTx: (note: string) => void
   /** how long a call may wait for another process's lock, ms */
   readonly #busyTimeoutMs: number
   readonly #reaper?: NodeJS.Timeout
@@ -101,31 +81,19 @@ export class SqliteStore implements Store {
     this.#path = path
     this.#inode = inode
     this.#ops = new Operations(db)
-    this.#metaGet = db.prepare(META.get).pluck()
-    this.#metaPut = db.prepare(META.put)
+    this.#meta = new Meta(db, this.sequence)
     this.#commits = new GroupCommit(db, busyTimeoutMs, {
       begin: () => this.#advance('write'),
       committed: () => this.sequence.saw(this.#advanced),
       settled: () => this.#log.kick(),
       rollback: () => this.#rollback(),
-      check: () => this.#check('write'),
+      check: () => this.#meta.check('write'),
       refusal: (op, e) => this.disk.refusal(op, e),
     })
     this.#pingTx = db.transaction(() => {}).immediate
     this.#resolveTx = db.transaction((id: string, as: Resolution, ttlMs: number, now: number) => {
       this.#advance('resolve')
       return this.#ops.resolve(id, as, ttlMs, now)
-    }).immediate
-    this.#acceptLossTx = db.transaction(() => {
-      const epoch = (this.#metaGet.get('epoch') as string | undefined) ?? randomUUID()
-      this.#metaPut.run('epoch', epoch)
-      this.#metaPut.run('accepted', epoch)
-      db.prepare(META.del).run('lossnote')
-      return epoch
-    }).immediate
-    this.#retireTx = db.transaction((note: string) => {
-      this.#metaPut.run('lossnote', note)
-      this.#metaPut.run('epoch', randomUUID())
     }).immediate
     this.audit = this.#log = new SqliteAttemptLog({
       db,
@@ -174,22 +142,12 @@ export class SqliteStore implements Store {
    * @throws StoreWentBack, which rolls the transaction back
    */
   #advance(op: string): void {
-    this.#advanced = this.#check(op) + 1n
-    this.#metaPut.run('seq', String(this.#advanced))
+    this.#advanced = this.#meta.check(op) + 1n
+    this.#meta.advanceTo(this.#advanced)
   }
 
   writeRefused() {
     return this.disk.recent()
-  }
-
-  /**
-   * The file's sequence, refused when below what this process saw.
-   * @throws StoreWentBack
-   */
-  #check(op: string): bigint {
-    const current = BigInt((this.#metaGet.get('seq') as string | undefined) ?? '0')
-    if (current < this.sequence.seen) throw this.sequence.wentBack(op, `sequence ${current} after ${this.sequence.seen} was seen`, { signal: 'sequence', now: String(current), was: String(this.sequence.seen) })
-    return current
   }
 
   /** Ends a transaction a failed statement left open (better-sqlite3 normally has rolled it back). */
@@ -245,9 +203,9 @@ export class SqliteStore implements Store {
     })
   }
 
-  /** Writes the note and a new epoch, in one transaction: every process sharing the file sees the loss (../state-loss.ts). */
+  /** Writes the note and a new epoch, in one transaction: every process sharing the file sees the loss (../state-loss/watch.ts). */
   retireEpoch(note: LossNote): Promise<void> {
-    return this.#run('retire_epoch', () => this.#retireTx(encodeNote(note)))
+    return this.#run('retire_epoch', () => this.#meta.retire(note))
   }
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
@@ -269,21 +227,12 @@ export class SqliteStore implements Store {
   }
 
   markers(): Promise<StateMarkers> {
-    return this.#run('markers', () => {
-      if (this.#path !== ':memory:') {
-        let inode: number | undefined
-        try { inode = statSync(this.#path).ino } catch { /* deleted */ }
-        // this process still writes to the old file, which no new process will read
-        if (inode !== this.#inode) return {}
-      }
-      const get = (name: string) => this.#metaGet.get(name) as string | undefined
-      return { epoch: get('epoch'), accepted: get('accepted'), note: decodeNote(get('lossnote')) }
-    })
+    return this.#run('markers', () => this.#meta.read(this.#path, this.#inode))
   }
 
   acceptLoss(): Promise<string> {
     // one transaction: retried whole while another process holds the lock
-    return this.#run('accept_loss', () => this.#acceptLossTx())
+    return this.#run('accept_loss', () => this.#meta.acceptLoss())
   }
 
   /** Takes and gives back the write lock: a read alone would pass while writers are locked out. */

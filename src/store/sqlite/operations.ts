@@ -2,7 +2,7 @@
  * What the SQLite store's calls do to the file, inside a transaction the engine (./index.ts) has
  * opened with BEGIN IMMEDIATE — so each read and the write that depends on it hold SQLite's write
  * lock together, across every process sharing the file: the fence check-and-set, the record
- * state machine (../record-state.ts) on fg_records_v1, and the registrations of
+ * state machine (../shared/record-state.ts) on fg_records_v1, and the registrations of
  * `fencing.serialize: store`.
  *
  * No savepoint per operation (they cost more than the operations): each writes with one
@@ -10,8 +10,8 @@
  * group commit still commit. `admit` writes with two (fence, then claim): see there.
  */
 import type { Database as Db, Statement } from 'better-sqlite3'
-import { decideClaim, decideFinish, decideRelease, decideResolve, parseRecordId, type IdemRecord } from '../record-state.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration, ReleaseResult, Resolution, ResolveResult, UnknownReason, UnknownRecord } from '../types.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, parseRecordId, type IdemRecord } from '../shared/record-state.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration, ReleaseResult, Resolution, ResolveResult, UnknownReason, UnknownRecord } from '../contract/store.js'
 import { FENCES, RECORDS, REGISTRATIONS } from './sql.js'
 
 interface RecordRow {
@@ -109,7 +109,7 @@ export class Operations {
   /**
    * Fence, then claim when the fence accepts: two statements of one transaction. A failing claim
    * statement is undone alone and throws; the fence's write stays and commits with the batch —
-   * the half-failed admit of src/store/types.ts: the mark is left as a lone `fence` would have
+   * the half-failed admit of src/store/contract/store.ts: the mark is left as a lone `fence` would have
    * left it, no claim is held, and the caller gets StoreError.
    */
   admit(fence: FenceRequest, id: string, req: ClaimRequest, now: number): AdmitResult {

@@ -1,5 +1,5 @@
 /**
- * The SQLite settings probe of `fencegate doctor` (../doctor.ts): journal_mode and synchronous of
+ * The SQLite settings probe of `fencegate doctor` (../doctor/inspect.ts): journal_mode and synchronous of
  * a connection opened as the gateway opens it, and the filesystem of the file's folder
  * (/proc/mounts, else statfs): tmpfs, a network filesystem, a container's writable layer; and the
  * free space there, with a write the disk refused in the last minute.
@@ -7,8 +7,8 @@
 import { realpathSync, readFileSync, statfsSync } from 'node:fs'
 import { dirname, resolve, sep } from 'node:path'
 import type { Config } from '../../config/schema.js'
-import type { Store, WriteRefusal } from '../types.js'
-import type { Finding } from '../findings.js'
+import type { Store, WriteRefusal } from '../contract/store.js'
+import type { Finding } from '../doctor/findings.js'
 
 /** statfs f_type magic numbers (linux/magic.h) of filesystems the file should not be on. */
 const FS_MAGIC: Record<number, string> = {

@@ -65,7 +65,7 @@ export const tableInfo = (table: string): string => `table_info(${table})`
 
 export const addColumn = (table: string, column: string, type: string): string => `ALTER TABLE ${table} ADD COLUMN ${column} ${type}`
 
-/** The state markers (contract §3): `epoch`, the `accepted` one and the loss note (`lossnote`, ../loss-note.ts). */
+/** The state markers (contract §3): `epoch`, the `accepted` one and the loss note (`lossnote`, ../state-loss/note.ts). */
 export const META = {
   /** the first epoch: kept when there is one already */
   init: 'INSERT OR IGNORE INTO fg_meta_v1 (name, value) VALUES (?, ?)',
@@ -83,7 +83,7 @@ export const FENCES = {
   raise: 'INSERT OR REPLACE INTO fg_fences_v1 (resource, highest, since) VALUES (?, ?, ?)',
 } as const
 
-/** Idempotency records, one row per `recordId` (src/store/record-state.ts). */
+/** Idempotency records, one row per `recordId` (src/store/shared/record-state.ts). */
 export const RECORDS = {
   get: 'SELECT * FROM fg_records_v1 WHERE id = ?',
   put: `INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason, after_reason)

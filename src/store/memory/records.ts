@@ -14,8 +14,8 @@
  * chunk the body came in. Expiry is checked as records are added, oldest first within each ttl:
  * O(1) per new record, so the cost of a request does not grow as the store fills.
  */
-import { StoreFull, type StoredResponse } from './types.js'
-import type { IdemRecord } from './record-state.js'
+import { StoreFull, type StoredResponse } from '../contract/store.js'
+import type { IdemRecord } from '../shared/record-state.js'
 
 /** A completed or not_stored record as kept: `packed` is the response (completed) or its status (not_stored). */
 interface Kept {

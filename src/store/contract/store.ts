@@ -1,7 +1,7 @@
 /**
  * The store interface: the only place fencegate keeps state. Four implementations — memory
- * (./memory.ts), sqlite (./sqlite/), redis (./redis/, one server or a Redis Cluster) and postgres
- * (./postgres/) — each pass the one conformance suite, test/store/conformance.ts, run by
+ * (../memory/), sqlite (../sqlite/), redis (../redis/, one server or a Redis Cluster) and
+ * postgres (../postgres/) — each pass the one conformance suite, test/store/conformance.ts, run by
  * test/store/{memory,sqlite,redis,redis-cluster,redis-replicas,postgres}.test.ts. What this file
  * promises the suite checks, unless a sentence says it is not checked there (and where it is).
  *
@@ -30,31 +30,31 @@
  * test/store-faults.test.ts.
  */
 
-import type { AuditLog } from './attempt-log/types.js'
-import type { StoreClock } from './clock.js'
-import type { UnknownReason } from '../outcomes.js'
-import type { WriteSequence } from './sequence.js'
-import type { LossNote } from './loss-note.js'
+import type { AuditLog } from '../attempt-log/types.js'
+import type { StoreClock } from '../shared/clock.js'
+import type { UnknownReason } from '../../outcomes.js'
+import type { WriteSequence } from '../state-loss/sequence.js'
+import type { LossNote } from '../state-loss/note.js'
 
 import type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
 import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, UnknownRecord } from './records.js'
+import type { StoreKind } from './kind.js'
 
-// the shapes the interface speaks in, one module per side, imported from here as before
+// the shapes the interface speaks in, one module per side, imported from here
 export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
 export type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './records.js'
 export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 /** Why the outcome of a forwarded request is unknown (contract §6 `reason`), shared with the request's facts. */
 export type { UnknownReason }
 
-/** Store kinds from the config (contract §2); also the `store` label in metrics. */
-export type StoreKind = 'memory' | 'sqlite' | 'redis' | 'postgres'
+export type { StoreKind }
 
 export interface Store {
   readonly kind: StoreKind
   /**
-   * True only for the memory store (MemoryStore sets it; SqliteStore and the stand-in of ./late.ts
+   * True only for the memory store (MemoryStore sets it; SqliteStore and the stand-in of ../runtime/late.ts
    * set false, redis and postgres leave it out): every call settles in the turn of the event loop
-   * it was made in, so no timer can fire before it. guardStore (./index.ts) reads it: the calls of
+   * it was made in, so no timer can fire before it. guardStore (../runtime/guard.ts) reads it: the calls of
    * such a store are not raced against `store.timeout`, so none times out and no late claim is
    * left to give back. sqlite is not one: it waits for another process's lock on timers (up to its
    * own busyTimeoutMs), so it is raced like the network stores. Not checked by the suite;
@@ -65,11 +65,11 @@ export interface Store {
    * Only where the store itself drops entries before their time because the operator accepted it
    * (the memory store with `store.acceptRisks: [maxRecords]` / `[maxAttempts]`): `record` is called
    * with the route of each completed record dropped before its ttl, `attempt` for each attempt log
-   * entry dropped within the retention. guardStore (./index.ts) counts them.
+   * entry dropped within the retention. guardStore (../runtime/guard.ts) counts them.
    */
   watchEvictions?(record: (route: string) => void, attempt?: () => void): void
   /**
-   * Redis and PostgreSQL: their clock against this process's (./clock.ts). They take every
+   * Redis and PostgreSQL: their clock against this process's (../shared/clock.ts). They take every
    * instant a guarantee depends on from it, inside the script or function — a claim's lease and
    * expiry, a renewal, a finish's expiry, a registration's deadline, a mark's `since` — so the
    * `now` a caller passes only carries durations (a deadline is `now` + how long); the instants
@@ -116,7 +116,7 @@ export interface Store {
    * fails, the fence on the other master is written. In every case: no claim of this call is
    * held, the mark is never above the token, and the retry is admitted. (A claim whose answer was
    * lost on the way — the store wrote it but the connection dropped, or it answered after the
-   * timeout — is given back by guardStore in ./index.ts, by its id, as soon as the store answers
+   * timeout — is given back by guardStore in ../runtime/guard.ts, by its id, as soon as the store answers
    * again, also after its lease ended (`release`): test/hostile/lost-reply.test.ts.) The suite
    * checks the engine-refused case with each store's fault injector (`ConformanceOptions.failClaims`): the rejection, the raised mark, a
    * stale token still answered, and the retry; test/store/postgres.test.ts checks a statement
@@ -154,7 +154,7 @@ export interface Store {
   /**
    * Give the claim `claimId` back, atomically with reading the record: for when nothing was done
    * upstream — the request was never sent (also a claim whose answer was lost or came too late:
-   * guardStore in ./index.ts), or the upstream answered a status of `idempotency.releaseStatuses`
+   * guardStore in ../runtime/guard.ts), or the upstream answered a status of `idempotency.releaseStatuses`
    * (default 429, 502, 503, 504). The record reads again as it did before the claim: deleted (the
    * key is claimable as new), or — when the claim took over an unknown outcome (`after`) — that
    * unknown outcome again, with its reason and the claim's expiry; the store keeps `after` on
@@ -227,7 +227,7 @@ export interface Store {
    */
   acceptLoss(): Promise<string>
   /**
-   * The write sequence (./sequence.ts): every write of the request path — fence, claim, admit,
+   * The write sequence (../state-loss/sequence.ts): every write of the request path — fence, claim, admit,
    * finish, release, resolve, register, unregister — advances the store's sequence in the same
    * script, function or transaction and answers it; this gateway's highest is handed to each, and
    * a store below it refuses before changing anything (StoreWentBack). Not on a Redis Cluster (a
@@ -236,9 +236,9 @@ export interface Store {
    */
   readonly sequence?: WriteSequence
   /**
-   * A gateway that saw the store go back in time writes `note` (./loss-note.ts) and then a new
+   * A gateway that saw the store go back in time writes `note` (../state-loss/note.ts) and then a new
    * epoch, so that every gateway sharing the store sees the loss through the epoch marker, and
-   * one started later through the note (./state-loss.ts), until an operator accepts it;
+   * one started later through the note (../state-loss/watch.ts), until an operator accepts it;
    * `markers()` answers the note until `acceptLoss()` deletes it. The suite checks both;
    * test/state-loss.test.ts and test/production/ check gateways sharing a store.
    */

@@ -6,51 +6,22 @@
  * `maxRecords` unexpired idempotency records a new key is refused the same way — forgetting a
  * completed record would let a retry of its key be forwarded again, a second effect — unless
  * the operator accepted eviction of completed records (`store.acceptRisks: [maxRecords]`), each
- * one counted (./memory-records.ts).
+ * one counted (./records.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from './record-state.js'
-import { recordId } from './record-state.js'
-import { closedError, storeError } from './call.js'
-import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from './types.js'
-import { MemoryAuditLog } from './attempt-log/memory.js'
-import type { OlderWrites, Registration } from './types.js'
-import { olderOf, type Registered } from './registrations.js'
-import { RecordTable } from './memory-records.js'
-import { WriteSequence } from './sequence.js'
-import type { LossNote } from './loss-note.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from '../shared/record-state.js'
+import { recordId } from '../shared/record-state.js'
+import { closedError, storeError } from '../shared/call.js'
+import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { MemoryAuditLog } from './attempt-log.js'
+import type { OlderWrites, Registration } from '../contract/store.js'
+import { RecordTable } from './records.js'
+import { RegisteredWrites } from './registrations.js'
+import type { MemoryCapacity, MemoryStoreOptions } from './options.js'
+import { WriteSequence } from '../state-loss/sequence.js'
+import type { LossNote } from '../state-loss/note.js'
 
-export interface MemoryStoreOptions {
-  /** most resources with a high-water mark; default 1,000,000 */
-  maxResources?: number
-  /** most unexpired idempotency records kept; default 100,000 */
-  maxRecords?: number
-  /** `store.acceptRisks: [maxRecords]`: at maxRecords the oldest completed record is dropped (counted) instead of a new key refused */
-  evictRecords?: boolean
-  /** attempt log entries older than this are not reported, ms; default 7 days */
-  auditRetentionMs?: number
-  /** most attempt log entries kept; default 100,000 */
-  auditCapacity?: number
-  /** `store.acceptRisks: [maxAttempts]`: a full attempt log drops its oldest entry (counted) instead of refusing the new one */
-  evictAttempts?: boolean
-  /** the write sequence to follow; default a new one */
-  sequence?: WriteSequence
-}
-
-/** How full the memory store is, and how fast it fills (`fencegate doctor`). */
-export interface MemoryCapacity {
-  records: number
-  maxRecords: number
-  evictRecords: boolean
-  resources: number
-  maxResources: number
-  /** records added under a new key since the store was made, and over how many ms */
-  added: number
-  overMs: number
-  /** the longest ttl a claim asked for, ms (0 before the first) */
-  longestTtlMs: number
-  evicted: number
-}
+export type { MemoryCapacity, MemoryStoreOptions } from './options.js'
 
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const
@@ -111,7 +82,7 @@ export class MemoryStore implements Store {
     }
   }
 
-  /** This process's write sequence (./sequence.ts); a process's memory never goes back, but the suite holds every store to the refusal. */
+  /** This process's write sequence (../state-loss/sequence.ts); a process's memory never goes back, but the suite holds every store to the refusal. */
   readonly sequence: WriteSequence
   #seq = 0n
 
@@ -148,7 +119,7 @@ export class MemoryStore implements Store {
   /**
    * Fence and claim in one synchronous section: nothing else runs between them. When the claim
    * step fails (store.maxRecords reached), admit rejects with StoreError and the fence's decision
-   * stands: a raised mark stays raised, as a lone `fence` would have left it (src/store/types.ts).
+   * stands: a raised mark stays raised, as a lone `fence` would have left it (src/store/contract/store.ts).
    */
   admit(fence: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
     return this.#write('admit', () => {
@@ -236,50 +207,24 @@ export class MemoryStore implements Store {
     })
   }
 
-  /** `fencing.serialize: store`: per resource, the registered writes by id; expired ones go when their resource is next written */
-  readonly #registrations = new Map<string, Map<string, Registered>>()
-  /** when every resource's expired registrations were last deleted (held ones of resources nobody writes again) */
-  #swept = 0
+  /** `fencing.serialize: store` */
+  readonly #registrations = new RegisteredWrites()
 
   /** One synchronous section: nothing runs between reading the mark and registering. */
   register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
     return this.#write('register', (): Registration => {
       const highest = this.#fences.get(resource)
       if (highest !== undefined && token < highest) return { registered: false, highest }
-      if (now - this.#swept >= 60_000) {
-        this.#swept = now
-        for (const [r, ws] of this.#registrations) {
-          for (const [k, w] of ws) if (w.deadline <= now) ws.delete(k)
-          if (ws.size === 0) this.#registrations.delete(r)
-        }
-      }
-      let writes = this.#registrations.get(resource)
-      if (writes === undefined) this.#registrations.set(resource, (writes = new Map()))
-      for (const [k, w] of writes) if (w.deadline <= now) writes.delete(k)
-      writes.set(id, { token, deadline })
-      return { registered: true, ...olderOf(writes.values(), token, now) }
+      return { registered: true, ...this.#registrations.add(resource, token, id, deadline, now) }
     })
   }
 
   olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
-    return this.#call('older_registered', () => {
-      const writes = this.#registrations.get(resource)
-      return writes === undefined ? { until: 0 } : olderOf(writes.values(), token, now)
-    })
+    return this.#call('older_registered', () => this.#registrations.older(resource, token, now))
   }
 
   unregister(resource: string, id: string, until = 0): Promise<void> {
-    return this.#write('unregister', () => {
-      const writes = this.#registrations.get(resource)
-      const w = writes?.get(id)
-      if (!w) return
-      if (until > 0) {
-        w.deadline = until
-        return
-      }
-      writes!.delete(id)
-      if (writes!.size === 0) this.#registrations.delete(resource)
-    })
+    return this.#write('unregister', () => this.#registrations.remove(resource, id, until))
   }
 
   #epoch = randomUUID()

@@ -1,7 +1,7 @@
 /**
  * `fencing.serialize: store`: the registrations of forwarded fenced writes, as the stores that
  * compute in this process (memory, and redis for the read-only `olderRegistered`) keep and read
- * them. The rules, shared by every store (src/store/types.ts, `register`):
+ * them. The rules, shared by every store (src/store/contract/store.ts, `register`):
  * - a registration is live while its deadline is after `now`; an expired one counts for nothing
  *   and may be deleted by anyone;
  * - "older" is strictly below the asked token: equal tokens (one lease holder writing many times)
@@ -9,7 +9,7 @@
  * - tokens compare as BigInt, never as JS numbers.
  * See src/fencing/window.ts for why they exist and the order they are made in.
  */
-import type { OlderWrites } from './types.js'
+import type { OlderWrites } from '../contract/store.js'
 
 /** One registered write: its token and until when it counts (epoch ms). */
 export interface Registered {

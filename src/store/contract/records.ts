@@ -1,9 +1,9 @@
 /**
- * The idempotency side of the Store interface (./types.ts, where each promise is stated): the
+ * The idempotency side of the Store interface (./store.ts, where each promise is stated): the
  * record's key, a claim and what it finds, how an attempt ended, and the operator's view of
  * unknown outcomes (list, resolve).
  */
-import type { UnknownReason } from '../outcomes.js'
+import type { UnknownReason } from '../../outcomes.js'
 
 /** Identifies one idempotency record: (route, hash of scope, idempotency key). */
 export interface RecordKey {

@@ -10,8 +10,8 @@
  *   sqlite    journal_mode and synchronous of the gateway's own connection, and the filesystem
  *             the file is on (tmpfs, a network filesystem, a container's writable layer);
  *   memory    not durable, not shared, and how long store.maxRecords holds at the observed
- *             rate (./memory-settings.ts).
- * A loss note a gateway left in the store (./loss-note.ts) is one more finding, `state-loss`, a
+ *             rate (../memory/settings.ts).
+ * A loss note a gateway left in the store (../state-loss/note.ts) is one more finding, `state-loss`, a
  * risk, until `fencegate store accept-loss` deletes it.
  * The findings also go into the audit report's `claim.assumptions` (claimSentences,
  * src/audit/guarantees.ts), so the claim names the store it actually runs on.
@@ -20,16 +20,16 @@
  * `maxmemory-policy`, which forgets high-water marks or records when memory fills — is
  * `blocking`: the gateway refuses to start unless `store.acceptRisks` names it.
  */
-import type { Config } from '../config/schema.js'
-import type { Logger } from '../log.js'
-import type { Store } from './types.js'
+import type { Config } from '../../config/schema.js'
+import type { Logger } from '../../log.js'
+import type { Store } from '../contract/store.js'
 import { RiskRefused, type DoctorReport, type Finding } from './findings.js'
-import { redisFindings } from './redis/settings.js'
-import { postgresFindings } from './postgres/settings.js'
-import { sqliteFindings } from './sqlite/settings.js'
-import { memoryFindings } from './memory-settings.js'
-import { clockFinding } from './clock-finding.js'
-import { lossFinding } from './loss-note.js'
+import { redisFindings } from '../redis/settings.js'
+import { postgresFindings } from '../postgres/settings.js'
+import { sqliteFindings } from '../sqlite/settings.js'
+import { memoryFindings } from '../memory/settings.js'
+import { clockFinding } from './clock.js'
+import { lossFinding } from './loss.js'
 
 export { RiskRefused, type DoctorReport, type Finding, type FindingStatus } from './findings.js'
 

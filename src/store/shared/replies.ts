@@ -4,7 +4,7 @@
  * turns those fields into the `Store` results, once for both. The in-process stores (memory,
  * sqlite) get their results from record-state.ts directly.
  */
-import type { ClaimResult, FenceResult, ReleaseResult, ResolveResult, UnknownReason } from './types.js'
+import type { ClaimResult, FenceResult, ReleaseResult, ResolveResult, UnknownReason } from '../contract/store.js'
 
 const REASONS = new Set<string>(['timeout', 'reset', 'client_abort', 'crash'])
 

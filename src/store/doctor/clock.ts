@@ -1,37 +1,20 @@
 /**
  * The store's clock as a doctor finding (id `clock`): the offset a running gateway measures
- * (./clock.ts), or one measurement on a connection of its own for `fencegate doctor`. Past
+ * (../shared/clock.ts), or one measurement on a connection of its own for `fencegate doctor`. Past
  * store.maxClockOffset it is a risk — not to a guarantee (leases and deadlines run on the store's
  * clock), but to what this gateway shows: Retry-After, supersededForMs, attempt-log times.
  */
-import { Redis } from 'ioredis'
-import pg from 'pg'
-import type { Config } from '../config/schema.js'
-import { StoreClock, type ClockReading } from './clock.js'
+import type { Config } from '../../config/schema.js'
+import type { ClockReading } from '../shared/clock.js'
 import type { Finding } from './findings.js'
-import type { Store } from './types.js'
+import type { Store } from '../contract/store.js'
+import { readPostgresClock } from '../postgres/clock.js'
+import { readRedisClock } from '../redis/clock.js'
 
 /** One measurement of the store's clock (TIME, clock_timestamp()) on a connection of its own; a cluster's first seed node. */
-async function readClock(config: Config['store']): Promise<ClockReading> {
+function readClock(config: Config['store']): Promise<ClockReading> {
   const connectTimeout = Math.max(config.timeout, 1000)
-  if (config.kind === 'postgres') {
-    const client = new pg.Client({ connectionString: config.url, connectionTimeoutMillis: connectTimeout, fallback_application_name: 'fencegate doctor' })
-    client.on('error', () => {})
-    await client.connect()
-    try {
-      return await new StoreClock(async () => Number((await client.query('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms')).rows[0].ms)).measure()
-    } finally {
-      await client.end().catch(() => {})
-    }
-  }
-  const conn = new Redis(config.url!.split(',')[0].trim(), { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout, retryStrategy: () => null })
-  conn.on('error', () => {})
-  try {
-    await conn.connect()
-    return await new StoreClock(async () => { const [s, us] = await conn.time(); return Number(s) * 1000 + Math.floor(Number(us) / 1000) }).measure()
-  } finally {
-    conn.disconnect()
-  }
+  return config.kind === 'postgres' ? readPostgresClock(config, connectTimeout) : readRedisClock(config, connectTimeout)
 }
 
 /** The `clock` finding of a store: its offset against this process's clock, or the one host's clock it shares. */

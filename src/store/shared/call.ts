@@ -3,7 +3,7 @@
  * whatever the engine threw into a `StoreError` naming the operation (the `op` metric label), so
  * callers see one error type and fail closed.
  */
-import { StoreError } from './types.js'
+import { StoreError } from '../contract/store.js'
 
 /** The error of a call made after `close()` (every store, every method). */
 export const closedError = (op: string): StoreError => new StoreError('store is closed', op, { unsent: true })

@@ -8,11 +8,9 @@
  * meta tables, a field of the memory store.
  */
 import { hostname } from 'node:os'
-import type { Finding } from './findings.js'
-import type { StoreWentBack } from './sequence.js'
+import type { LossSignal, StoreWentBack } from './sequence.js'
 
-/** Which signal showed the store went back: its write sequence, a new PostgreSQL timeline, a promoted Redis replica. */
-export type LossSignal = 'sequence' | 'timeline' | 'replication-id'
+export type { LossSignal }
 
 /** What a gateway saw, in the store until accept-loss. */
 export interface LossNote {
@@ -63,17 +61,4 @@ const SIGNAL: Record<LossSignal, string> = {
 /** One line: "write sequence: sequence 41 after 57 was seen (by host:123 at 2026-…Z, on fg_fence)". */
 export function describeNote(n: LossNote): string {
   return `${SIGNAL[n.signal] ?? n.signal}: ${n.seen} (by gateway ${n.by} at ${n.at ? new Date(n.at).toISOString() : '?'}, on ${n.op})`
-}
-
-/**
- * The doctor finding of a loss (id `state-loss`, a risk): from a note, or from what a running
- * gateway saw without one (an epoch marker changed or missing).
- */
-export function lossFinding(note: LossNote | undefined, seen?: string): Finding {
-  return {
-    id: 'state-loss',
-    status: 'risk',
-    setting: note ? `loss noted in the store, ${describeNote(note)}` : `state lost: ${seen ?? 'the epoch marker changed or is missing'}`,
-    consequence: 'The store lost acknowledged writes (high-water marks may have fallen back, idempotency records vanished): every gateway sharing it answers 503 store-state-lost on fenced and idempotent routes and forwards nothing. Once you have checked what was lost and made the old marks irrelevant (workers take new leases), run `fencegate store accept-loss --config PATH --reason TEXT`: it clears this note and every gateway serves again within a second.',
-  }
 }

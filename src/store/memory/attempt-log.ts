@@ -5,9 +5,9 @@
  * counts it) rather than an entry forgotten before its time, unless `evict` (`store.acceptRisks:
  * [maxAttempts]`) lets the oldest go, counted by `evicted`.
  */
-import { storeCall } from '../call.js'
-import { StoreFull } from '../types.js'
-import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './types.js'
+import { storeCall } from '../shared/call.js'
+import { StoreFull } from '../contract/store.js'
+import { aggregate, fencedIn, inTimeline, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from '../attempt-log/types.js'
 
 export interface MemoryAuditLogOptions {
   /** most entries kept; default 100,000 (the memory store is for one process and short runs: a longer log belongs in a store that keeps it off the heap) */

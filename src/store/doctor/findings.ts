@@ -3,7 +3,7 @@
  * start-up check and the audit report's claim make of it: one finding per setting, `ok`, `risk`
  * or `unknown`, with its consequence in one sentence.
  */
-import type { StoreKind } from './types.js'
+import type { StoreKind } from '../contract/kind.js'
 
 export type FindingStatus = 'ok' | 'risk' | 'unknown'
 

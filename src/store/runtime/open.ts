@@ -1,24 +1,24 @@
 /**
- * The one way a gateway process opens its store: `fencegate start` (../server.ts) and the
- * `--workers` primary (../cluster.ts) both go through `openGuardedStore`, so they cannot come to
+ * The one way a gateway process opens its store: `fencegate start` (src/server.ts) and the
+ * `--workers` primary (src/cluster.ts) both go through `openGuardedStore`, so they cannot come to
  * open it differently. In order:
  *   1. open it (./late.ts): a redis or postgres store that does not answer yet is a stand-in that
  *      fails closed and connects later (contract §2); memory or sqlite that cannot open throws;
- *   2. read its real settings (./doctor.ts `checkAtStart`): logged in one line, and a blocking
+ *   2. read its real settings (../doctor/inspect.ts `checkAtStart`): logged in one line, and a blocking
  *      risk that store.acceptRisks does not name (an evicting maxmemory-policy) refuses the start;
- *   3. wrap it in guardStore (./index.ts): every call timed, counted and bounded by store.timeout;
+ *   3. wrap it in guardStore (./guard.ts): every call timed, counted and bounded by store.timeout;
  *   4. ping it once: a store not reachable yet is logged and counted by the guard, not thrown;
- *   5. watch its clock (redis, postgres; ./clock.ts): each measurement sets
+ *   5. watch its clock (redis, postgres; ../shared/clock.ts): each measurement sets
  *      fencegate_store_clock_offset_seconds, and one past store.maxClockOffset logs a warning.
  */
-import type { Config } from '../config/schema.js'
-import type { Logger } from '../log.js'
-import type { Metrics } from '../telemetry/metrics.js'
-import { guardStore } from './index.js'
+import type { Config } from '../../config/schema.js'
+import type { Logger } from '../../log.js'
+import type { Metrics } from '../../telemetry/metrics.js'
+import { guardStore } from './guard.js'
 import { openForGateway } from './late.js'
-import { checkAtStart, settingsReader, RiskRefused, type DoctorReport } from './doctor.js'
-import type { Store } from './types.js'
-import type { ClockReading } from './clock.js'
+import { checkAtStart, settingsReader, RiskRefused, type DoctorReport } from '../doctor/inspect.js'
+import type { Store } from '../contract/store.js'
+import type { ClockReading } from '../shared/clock.js'
 
 export interface GuardedStore {
   /** the store as the gateway uses it (guardStore); its `close()` closes the opened store */

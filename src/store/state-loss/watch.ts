@@ -13,15 +13,15 @@
  * store's write sequence is below what this gateway saw, or a failover without store.replicas (a
  * new PostgreSQL timeline, a Redis replica promoted) — is the same state loss, seen at once by the
  * write that met it. This gateway then retires the epoch marker: it writes a loss note (what it
- * saw, when, which process: ./loss-note.ts) and a new epoch, so that every gateway sharing the
+ * saw, when, which process: ./note.ts) and a new epoch, so that every gateway sharing the
  * store sees the loss on its next poll, and one started later finds the note. A retirement the
  * store refused is tried again on every poll; this gateway stays lost meanwhile.
  */
-import type { Logger } from '../log.js'
-import type { Metrics } from '../telemetry/metrics.js'
-import type { Store } from './types.js'
+import type { Logger } from '../../log.js'
+import type { Metrics } from '../../telemetry/metrics.js'
+import type { Store } from '../contract/store.js'
 import type { StoreWentBack } from './sequence.js'
-import { describeNote, noteOf, type LossNote } from './loss-note.js'
+import { describeNote, noteOf, type LossNote } from './note.js'
 
 export class StateWatch {
   /** true while a loss is detected and not yet accepted (fail-closed) */

@@ -1,5 +1,5 @@
 /**
- * The fencing side of the Store interface (./types.ts, where each promise is stated): a
+ * The fencing side of the Store interface (./store.ts, where each promise is stated): a
  * resource's high-water mark, what a fence and an `admit` answer, and the registrations of
  * `fencing.serialize: store`.
  */

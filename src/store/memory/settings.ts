@@ -4,10 +4,10 @@
  * The rate is known only inside the gateway process (admin `GET /doctor`); from the command line,
  * without a running gateway, the finding says what happens when the store is full.
  */
-import type { Config } from '../config/schema.js'
-import type { DoctorReport, Finding } from './findings.js'
-import type { MemoryCapacity } from './memory.js'
-import type { Store } from './types.js'
+import type { Config } from '../../config/schema.js'
+import type { DoctorReport, Finding } from '../doctor/findings.js'
+import type { MemoryCapacity } from './options.js'
+import type { Store } from '../contract/store.js'
 
 const HOUR = 3_600_000
 const hours = (ms: number): string => { const h = ms / HOUR; return h >= 10 ? `${h.toFixed(0)} h` : h >= 1 ? `${h.toFixed(1)} h` : `${Math.max(1, Math.round(h * 60))} min` }

@@ -1,8 +1,8 @@
 /**
  * What a store call rejects with when the store cannot answer. Every engine's own errors
- * become a StoreError (./call.ts); the request path fails closed on them.
+ * become a StoreError (../shared/call.ts); the request path fails closed on them.
  */
-import { TracelessError } from '../traceless-error.js'
+import { TracelessError } from '../../traceless-error.js'
 
 /**
  * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or

@@ -1,7 +1,7 @@
 /**
- * Group commit for a networked store: calls of one operation made while `maxInFlight` batches
- * of it are running wait, and go to the server together as the next batch — one round trip and
- * one commit for all of them. A quiet gateway sends each call at the end of its event-loop turn,
+ * Group commit for the PostgreSQL store (./batches.ts): calls of one operation made while
+ * `maxInFlight` batches of it are running wait, and go to the server together as the next
+ * batch — one round trip and one commit for all of them. A quiet gateway sends each call at the end of its event-loop turn,
  * so batching adds no waiting when there is nothing to wait for.
  *
  * Built on DataLoader (cache off: every call is its own entry, equal inputs included), whose

@@ -10,11 +10,11 @@
  * The memory and sqlite stores live in the process or on a local path: when they cannot be
  * opened the path is wrong, which is a config mistake, and `openForGateway` throws.
  */
-import type { Config } from '../config/schema.js'
-import type { Logger } from '../log.js'
-import { openStore } from './index.js'
-import { StoreError, type Store } from './types.js'
-import { WriteSequence } from './sequence.js'
+import type { Config } from '../../config/schema.js'
+import type { Logger } from '../../log.js'
+import { openStore } from './open-engine.js'
+import { StoreError, type Store } from '../contract/store.js'
+import { WriteSequence } from '../state-loss/sequence.js'
 
 export interface LateOptions {
   /** first pause between attempts, ms (default 250); doubled after each failure */

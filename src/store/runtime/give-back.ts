@@ -14,9 +14,9 @@
  * 32 at a time. Timers are unref'd; `close()` tries once more and drops (and logs) what
  * is left.
  */
-import type { Logger } from '../log.js'
-import { keyHashOf } from '../idempotency/record-key.js'
-import type { RecordKey, ReleaseResult } from './types.js'
+import type { Logger } from '../../log.js'
+import { keyHashOf } from '../contract/key-hash.js'
+import type { RecordKey, ReleaseResult } from '../contract/store.js'
 
 const FIRST_PAUSE_MS = 50
 const MAX_PAUSE_MS = 5_000
@@ -92,7 +92,7 @@ export class GiveBacks {
     this.#waiting.clear()
     if (left.length) {
       this.log.warn('claims never used were not given back before the gateway closed: each reads as an unknown outcome (reason crash) once its lease ends, until an operator resolves it', {
-        store: this.store, claims: left.length, routes: [...new Set(left.map((w) => w.key.route))].join(' '), keyHashes: left.slice(0, 10).map((w) => keyHashOf(w.key.scope, w.key.key)).join(' '),
+        store: this.store, claims: left.length, routes: [...new Set(left.map((w) => w.key.route))].join(' '), keyHashes: left.slice(0, 10).map((w) => keyHashOf(w.key)).join(' '),
       })
     }
   }
@@ -153,7 +153,7 @@ export class GiveBacks {
     const now = performance.now()
     const s = this.#said.get(msg)
     if (s && now - s.at < 1_000) { s.left++; return }
-    this.log[level](msg, { store: this.store, route: key.route, keyHash: keyHashOf(key.scope, key.key), ...(s?.left ? { leftOut: s.left } : {}) })
+    this.log[level](msg, { store: this.store, route: key.route, keyHash: keyHashOf(key), ...(s?.left ? { leftOut: s.left } : {}) })
     this.#said.set(msg, { at: now, left: 0 })
   }
 }

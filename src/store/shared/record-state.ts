@@ -10,7 +10,7 @@
  *   unknown --claim with retryUnknown--> in_flight (a possible duplicate effect)
  *   unknown | in_flight past lease --resolve failed--> (none)   --resolve completed--> not_stored (status 0)
  */
-import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownReason } from './types.js'
+import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownReason } from '../contract/store.js'
 
 /**
  * The one string a record is stored under: route, scope and key, each on its own line. The

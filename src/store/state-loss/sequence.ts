@@ -7,13 +7,15 @@
  * anything (`StoreWentBack`), so nothing is forwarded on the lost state.
  *
  * What it cannot see: writes this gateway never saw answered. A loss that only other gateways had
- * seen is caught by them (they retire the epoch marker: ./state-loss.ts), or by the failover
+ * seen is caught by them (they retire the epoch marker: ./watch.ts), or by the failover
  * itself (a new PostgreSQL timeline, a new Redis replication id: `StateMarkers.history`).
  */
-import { StoreError } from './errors.js'
-import type { LossSignal } from './loss-note.js'
+import { StoreError } from '../contract/errors.js'
 
-/** The signal and its two values behind a refusal, for the loss note (./loss-note.ts). */
+/** Which signal showed the store went back: its write sequence, a new PostgreSQL timeline, a promoted Redis replica. */
+export type LossSignal = 'sequence' | 'timeline' | 'replication-id'
+
+/** The signal and its two values behind a refusal, for the loss note (./note.ts). */
 export interface WentBackFacts {
   signal: LossSignal
   /** the store's value now: its sequence, timeline id or replication id */
@@ -64,7 +66,7 @@ export class WriteSequence {
     this.#seen = 0n
   }
 
-  /** Calls `fn` with every refusal (the state watch: ./state-loss.ts). */
+  /** Calls `fn` with every refusal (the state watch: ./watch.ts). */
   onWentBack(fn: (e: StoreWentBack) => void): void {
     this.#listeners.push(fn)
   }
