@@ -1,8 +1,20 @@
 /**
  * What one request was and what the gateway decided about it: one object per request, created
- * by `observe` (src/gateway.ts), filled along the path (route, admission, forward), and read
- * once at the end for the metrics, the SERVER span, the attempt log entry and the access line.
- * Plain data: telemetry and audit read it without knowing Hono or the middleware.
+ * by `observe` (src/gateway.ts), filled along the path, and read once at the end for the
+ * metrics, the SERVER span, the attempt log entry and the access line. Plain data: telemetry and
+ * audit read it without knowing the router or the request path. Who writes each field:
+ *
+ *   requestId, method                   src/gateway.ts (`observe`)
+ *   route, pattern                      src/request-path.ts
+ *   resource, token, highest, lateMs,   src/admission/
+ *     keyHash, fingerprint
+ *   result, abandoned, duplicate        src/idempotency/ (counted as admission and the record step find them)
+ *   overtaken                           src/fencing/request-window.ts (the window's end)
+ *   upstreamStatus, upstreamMs, unknown src/forward/send.ts
+ *   outcome, code                       src/refuse.ts for every refusal and every request nobody is
+ *                                       left to answer; src/forward/ for what came of a forward
+ *                                       (forwarded, outcome unknown, 0 without a status line) and
+ *                                       a replay
  */
 import type { IdempotencyResult, Outcome, UnknownReason } from './outcomes.js'
 

@@ -1,8 +1,9 @@
 /**
  * Every response the gateway makes itself is an RFC 9457 problem (application/problem+json)
  * with the contract's `type` URNs, from one table (`PROBLEMS`) and written by one serializer
- * (`Problem.body`, `Problem.responseHeaders`): the front door's refusals (./front-door.ts), the
- * request path's (./request-path.ts), the app's error handlers (./gateway.ts, ./admin.ts).
+ * (`Problem.body`, `Problem.responseHeaders`). On the proxy listener every one is written by
+ * ./refuse.ts — the front door's, the routes', admission's; on the admin listener by its error
+ * handler (./admin.ts, `toResponse`).
  */
 
 import type { ServerResponse } from 'node:http'
@@ -137,7 +138,7 @@ const FULL: Record<string, (max: number) => string> = {
 
 /**
  * The 503 a request gets when the store cannot answer (contract §4: fail closed, nothing
- * forwarded). The app's error handlers turn every StoreError into it, in one place each; a full
+ * forwarded). Every StoreError becomes it in one place per listener (./refuse.ts, ./admin.ts); a full
  * store (StoreFull) is named with its limit, and Retry-After is when room comes at the earliest.
  */
 export function storeUnavailable(e?: StoreRefusal): Problem {

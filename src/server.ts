@@ -18,7 +18,8 @@ import { openGuardedStore } from './store/open.js'
 import type { RiskRefused } from './store/doctor.js'
 import { nextConfig, type ReloadResult } from './reload.js'
 import { StateWatch } from './store/state-loss.js'
-import { hopelessUpload, onClientError, refuseAtDoor, routingUrl, screened } from './front-door.js'
+import { hopelessUpload, onClientError, routingUrl, screened } from './front-door.js'
+import { refuse } from './refuse.js'
 import { closeUpstreams } from './forward/send.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
@@ -111,7 +112,7 @@ function createProxyServer(config: Config, current: () => Generation, retire: (g
     const g = current()
     if (screened(req, res, g.idHeader)) return
     const url = routingUrl(req)
-    if (typeof url !== 'string') return refuseAtDoor(res, url, g.idHeader)
+    if (typeof url !== 'string') return refuse({ outgoing: res }, url, { idHeader: g.idHeader })
     g.active++
     res.once('close', () => { if (--g.active === 0 && g.retired) retire(g) })
     void g.handle(req, res, url)
