@@ -60,12 +60,23 @@ export function dotSegmentPath(target: string): Problem | undefined {
 const gatewayError = (): Problem =>
   new Problem('gateway-error', 'The gateway failed to handle the request; nothing of it is known to have reached the upstream unless its outcome says so.')
 
+/** What `observe` reads and writes to: the config's `log` and `admin.publicUrl`, and where it records. */
+interface Observing {
+  metrics: Metrics
+  log: Logger
+  logConfig: Config['log']
+  /** the attempt log's writer; none: nothing is audited */
+  audit?: AuditQueue
+  publicUrl?: string
+}
+
 /**
  * Opens every request: its facts (request id first), its SERVER span when tracing is on; and
  * closes it: the one place its outcome is measured (contract §6), its span annotated (§7), its
  * attempt entry queued (§8) and its access line written. It decides nothing.
+ * @param route routes the request and runs the route's path
  */
-function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], route: (x: Exchange, url: string) => Promise<void>, audit?: AuditQueue, publicUrl?: string): Gateway['handle'] {
+function observe({ metrics, log, logConfig, audit, publicUrl }: Observing, route: (x: Exchange, url: string) => Promise<void>): Gateway['handle'] {
   const idHeader = logConfig.requestIdHeader.toLowerCase()
   const plain: Refusing = { idHeader }
   const access = logConfig.access
@@ -169,7 +180,7 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     }
   }
 
-  const observed = observe(metrics, log, config.log, route, audit, config.admin.publicUrl)
+  const observed = observe({ metrics, log, logConfig: config.log, audit, publicUrl: config.admin.publicUrl }, route)
   const handle: Gateway['handle'] = (incoming, outgoing, url) => observed(incoming, outgoing, url).catch((err) => {
     // a bug in observing itself: answered if nothing was, never left hanging
     log.error('unexpected error on the request path', { error: (err as Error)?.message })
