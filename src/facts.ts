@@ -11,10 +11,11 @@
  *   result, abandoned, duplicate        src/idempotency/ (counted as admission and the record step find them)
  *   overtaken                           src/fencing/request-window.ts (the window's end)
  *   upstreamStatus, upstreamMs, unknown src/forward/send.ts
- *   outcome, code                       src/refuse.ts for every refusal and every request nobody is
- *                                       left to answer; src/forward/ for what came of a forward
- *                                       (forwarded, outcome unknown, 0 without a status line) and
- *                                       a replay
+ *   outcome                             src/refuse.ts (every refusal, every request nobody is left to
+ *                                       answer); src/forward/ (forwarded, a replay, an answer that
+ *                                       broke off: outcome unknown)
+ *   code                                src/refuse.ts `unanswered` (499); src/forward/send.ts
+ *                                       `brokenOff` (499 the client left mid-answer, 0 no status line)
  */
 import type { IdempotencyResult, Outcome, UnknownReason } from './outcomes.js'
 
