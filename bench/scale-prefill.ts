@@ -38,7 +38,7 @@ export async function prefillSqlite(s: Instance): Promise<void> {
   try {
     db.pragma('cache_size = -262144') // 256 MiB for this bulk insert (this connection only)
     const columns = (table: string) => (db.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[]).map((c) => c.name)
-    // the store's record id (src/store/memory.ts recordId): route \n scope \n key; the route has no scope
+    // the store's record id (src/store/memory/index.ts recordId): route \n scope \n key; the route has no scope
     const idOf = (key: string) => `bench\n\n${key}`
     if (!db.prepare('SELECT 1 FROM fg_records_v1 WHERE id = ?').get(idOf(TEMPLATE.key))) {
       throw new BenchError(`sqlite: the template record is not at id "bench\\n\\n${TEMPLATE.key}" in fg_records_v1: the store's layout changed, update bench/scale.ts`)

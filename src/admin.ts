@@ -114,7 +114,7 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       if (refused) return c.json({ status: 'ready', store: store.kind, disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })
       return c.json({ status: 'ready', store: store.kind })
     } catch (e) {
-      // a check that met a store gone back in time (src/store/sequence.ts) marked the loss
+      // a check that met a store gone back in time (src/store/state-loss/sequence.ts) marked the loss
       if (watch?.lost) return lostReply()
       metrics.storeUp.set({ store: store.kind }, 0)
       return c.json({ status: 'store unavailable', store: store.kind, detail: (e as Error).message }, 503)

@@ -64,7 +64,7 @@ export async function startWorker(config: Config, log: Logger, configFile?: stri
  * In the primary: forks `workers` workers, waits until each listens, then starts the admin
  * listener with aggregated metrics.
  * @throws StoreError when the primary cannot open the store; RiskRefused when the store's settings
- *   hold a blocking risk (./store/doctor.ts); Error when a worker exits before it listens
+ *   hold a blocking risk (./store/doctor/inspect.ts); Error when a worker exits before it listens
  */
 export async function startPrimary(config: Config, workers: number, log: Logger, configFile?: string, onRefused?: (e: RiskRefused) => void): Promise<Running> {
   const metrics = createMetrics(VERSION)

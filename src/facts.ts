@@ -1,8 +1,21 @@
 /**
  * What one request was and what the gateway decided about it: one object per request, created
- * by `observe` (src/gateway.ts), filled along the path (route, admission, forward), and read
- * once at the end for the metrics, the SERVER span, the attempt log entry and the access line.
- * Plain data: telemetry and audit read it without knowing Hono or the middleware.
+ * by `observe` (src/gateway.ts), filled along the path, and read once at the end for the
+ * metrics, the SERVER span, the attempt log entry and the access line. Plain data: telemetry and
+ * audit read it without knowing the router or the request path. Who writes each field:
+ *
+ *   requestId, method                   src/gateway.ts (`observe`)
+ *   route, pattern                      src/request-path.ts
+ *   resource, token, highest, lateMs,   src/admission/
+ *     keyHash, fingerprint
+ *   result, abandoned, duplicate        src/idempotency/ (counted as admission and the record step find them)
+ *   overtaken                           src/fencing/request-window.ts (the window's end)
+ *   upstreamStatus, upstreamMs, unknown src/forward/send.ts
+ *   outcome                             src/refuse.ts (every refusal, every request nobody is left to
+ *                                       answer); src/forward/ (forwarded, a replay, an answer that
+ *                                       broke off: outcome unknown)
+ *   code                                src/refuse.ts `unanswered` (499); src/forward/send.ts
+ *                                       `brokenOff` (499 the client left mid-answer, 0 no status line)
  */
 import type { IdempotencyResult, Outcome, UnknownReason } from './outcomes.js'
 

@@ -11,14 +11,14 @@
  * - a request target or Host that makes no URL to route on (`routingUrl`): a target such as
  *   "*", a bad or missing Host header, a raw backslash in the path;
  * - an `Expect: 100-continue` upload larger than every route accepts (`hopelessUpload`).
- * In the app, counted like every routed request: a path with a dot segment (`dotSegmentPath`).
- * And the request id a client may give (`saneRequestId`), used only when it is harmless.
+ * Each is written by the one writer of refusals (./refuse.ts `refuse`, without facts). And the
+ * request id a client may give (`saneRequestId`), used only when it is harmless.
  */
-import { randomUUID } from 'node:crypto'
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import { Problem } from './problems.js'
 import { BodyLimit } from './body.js'
+import { refuse } from './refuse.js'
 
 /**
  * A client's request id is used when it is 1–200 of `A-Z a-z 0-9 - _ . : / + =` (a UUID, a
@@ -27,38 +27,6 @@ import { BodyLimit } from './body.js'
 const REQUEST_ID = /^[A-Za-z0-9\-_.:/+=]{1,200}$/
 export function saneRequestId(v: string | string[] | undefined): string | undefined {
   return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined
-}
-
-// A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
-// resolving it after routing could reach another route's path or resource (an upstream that
-// decodes %2F and normalises), and resolving it before would forward a path the client did
-// not send. Refused instead.
-const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:\/|%2f|%5c|\\|$)/i
-
-/** 400 bad-path for a request target whose path holds a dot segment; undefined for any other. */
-export function dotSegmentPath(target: string): Problem | undefined {
-  // most paths hold neither a dot nor an escape: no regex, no slice
-  if (!target.includes('.') && !target.includes('%') && !target.includes('\\')) return undefined
-  const q = target.indexOf('?')
-  if (!DOT_SEGMENT.test(q < 0 ? target : target.slice(0, q))) return undefined
-  return new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
-}
-
-/** A problem answered on the listener: a new request id, the connection closed after it. */
-function listenerAnswer(p: Problem, idHeader: string): { head: Record<string, string | number>; body: string } {
-  const id = randomUUID()
-  const body = p.body(id)
-  return { head: { ...p.responseHeaders(id, idHeader), 'content-length': Buffer.byteLength(body), connection: 'close' }, body }
-}
-
-/**
- * Answers a request the front door refused, on the listener: a new request id (the request's
- * own is not trusted yet), the connection closed after the answer.
- */
-export function refuseAtDoor(res: ServerResponse, p: Problem, idHeader: string): void {
-  const a = listenerAnswer(p, idHeader)
-  res.writeHead(p.status, a.head)
-  res.end(a.body)
 }
 
 /**
@@ -81,7 +49,7 @@ export function screened(req: IncomingMessage, res: ServerResponse, idHeader: st
     p = new Problem('bad-path', 'The request target carries a "#fragment", which no HTTP request target may hold (RFC 9112 §3.2); nothing was forwarded.')
   }
   if (!p) return false
-  refuseAtDoor(res, p, idHeader)
+  refuse({ outgoing: res }, p, { idHeader })
   return true
 }
 
@@ -95,7 +63,7 @@ export function screened(req: IncomingMessage, res: ServerResponse, idHeader: st
 export function hopelessUpload(req: IncomingMessage, res: ServerResponse, largest: number, idHeader: string): boolean {
   const limit = new BodyLimit(largest)
   if (!limit.declaredOver(req.headers)) return false
-  refuseAtDoor(res, limit.tooLarge(), idHeader)
+  refuse({ outgoing: res }, limit.tooLarge(), { idHeader })
   return true
 }
 
@@ -122,9 +90,7 @@ export function onClientError(idHeader: string) {
     const p = err.code === 'HPE_INVALID_VERSION' && err.reason === 'Invalid HTTP version'
       ? new Problem('http-version-not-supported', 'This gateway speaks HTTP/1.1 and HTTP/1.0 only; nothing was forwarded.')
       : CLIENT_ERRORS[err.code ?? '']?.() ?? new Problem('request-malformed', `The request is not well-formed HTTP/1.1 (${err.code ?? 'parse error'}${err.reason ? `: ${err.reason}` : ''}); nothing was forwarded.`)
-    const a = listenerAnswer(p, idHeader)
-    const head = Object.entries(a.head).map(([k, v]) => `${k}: ${v}\r\n`).join('')
-    socket.end(`HTTP/1.1 ${p.status} ${STATUS_CODES[p.status] ?? 'Bad Request'}\r\n${head}\r\n${a.body}`, () => socket.destroy())
+    refuse({ outgoing: socket }, p, { idHeader })
   }
 }
 
@@ -176,7 +142,3 @@ export function routingUrl(req: IncomingMessage): string | Problem {
   if (backslashInPath(target)) return unroutable('Backslash in request path')
   try { return new URL(url).href } catch { return unroutable('Invalid URL') }
 }
-
-/** 500 gateway-error: a bug on the request path, said as such. */
-export const gatewayError = (): Problem =>
-  new Problem('gateway-error', 'The gateway failed to handle the request; nothing of it is known to have reached the upstream unless its outcome says so.')

@@ -2,8 +2,9 @@
  * The proxy listener's request handling. Every request passes `observe` (its facts, measured and
  * recorded once; a path with a dot segment refused there); the route table (./routing.ts, Hono's
  * router) picks the first route of the config that takes it; that route's handler runs the
- * contract's order — admission (fencing, then idempotency: one store call) → send → record →
- * respond (./request-path.ts) — on Node's request and response (./exchange.ts).
+ * contract's order — the route's refusals → admission (fencing, the check-to-apply window,
+ * idempotency) → send → record → respond (./request-path.ts) — on Node's request and response
+ * (./exchange.ts). Every refusal is written by ./refuse.ts.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { context as otelContext } from '@opentelemetry/api'
@@ -11,11 +12,13 @@ import type { Pool } from 'undici'
 import type { Config } from './config/schema.js'
 import { Exchange } from './exchange.js'
 import { newFacts, type RequestFacts } from './facts.js'
-import { compileRoute, type CompiledRoute } from './route.js'
+import { compileRoute, type CompiledRoute, type RouteContext } from './route.js'
 import { RouteTable } from './routing.js'
-import { Problem, stateLost, storeUnavailable } from './problems.js'
-import { dotSegmentPath, gatewayError, saneRequestId } from './front-door.js'
-import { StoreError, StoreWentBack, type AuditEntry, type StateWatch, type Store } from './store/index.js'
+import { Problem } from './problems.js'
+import { refuse, unanswered, type Refusing } from './refuse.js'
+import { saneRequestId } from './front-door.js'
+import { StoreError, type AuditEntry, type Store } from './store/index.js'
+import type { StateWatch } from './store/index.js'
 import type { Metrics } from './telemetry/metrics.js'
 import { startServerSpan, traceFields } from './telemetry/tracing.js'
 import type { Fields, Logger } from './log.js'
@@ -37,13 +40,44 @@ export interface Gateway {
   pools: Pool[]
 }
 
+// A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
+// resolving it after routing could reach another route's path or resource (an upstream that
+// decodes %2F and normalises), and resolving it before would forward a path the client did
+// not send. Refused instead.
+const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:\/|%2f|%5c|\\|$)/i
+
+/** 400 bad-path for a request target whose path holds a dot segment; undefined for any other. */
+export function dotSegmentPath(target: string): Problem | undefined {
+  // most paths hold neither a dot nor an escape: no regex, no slice
+  if (!target.includes('.') && !target.includes('%') && !target.includes('\\')) return undefined
+  const q = target.indexOf('?')
+  if (!DOT_SEGMENT.test(q < 0 ? target : target.slice(0, q))) return undefined
+  return new Problem('bad-path', 'The path contains a "." or ".." segment (raw or percent-encoded); the gateway does not forward such paths.')
+}
+
+/** 500 gateway-error: a bug on the request path, said as such. */
+const gatewayError = (): Problem =>
+  new Problem('gateway-error', 'The gateway failed to handle the request; nothing of it is known to have reached the upstream unless its outcome says so.')
+
+/** What `observe` reads and writes to: the config's `log` and `admin.publicUrl`, and where it records. */
+interface Observing {
+  metrics: Metrics
+  log: Logger
+  logConfig: Config['log']
+  /** the attempt log's writer; none: nothing is audited */
+  audit?: AuditQueue
+  publicUrl?: string
+}
+
 /**
  * Opens every request: its facts (request id first), its SERVER span when tracing is on; and
  * closes it: the one place its outcome is measured (contract §6), its span annotated (§7), its
  * attempt entry queued (§8) and its access line written. It decides nothing.
+ * @param route routes the request and runs the route's path
  */
-function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], route: (x: Exchange, url: string) => Promise<void>, audit?: AuditQueue, publicUrl?: string): Gateway['handle'] {
+function observe({ metrics, log, logConfig, audit, publicUrl }: Observing, route: (x: Exchange, url: string) => Promise<void>): Gateway['handle'] {
   const idHeader = logConfig.requestIdHeader.toLowerCase()
+  const plain: Refusing = { idHeader }
   const access = logConfig.access
   return async function observe(incoming, outgoing, url) {
     const started = performance.now()
@@ -52,10 +86,8 @@ function observe(metrics: Metrics, log: Logger, logConfig: Config['log'], route:
     const span = startServerSpan(incoming)
     // a path with a dot segment is refused before routing (400 bad-path), counted like any request
     const badPath = dotSegmentPath(incoming.url ?? '/')
-    if (badPath) {
-      f.outcome = badPath.outcome
-      badPath.respond(outgoing, f.requestId, idHeader)
-    } else if (span) await otelContext.with(span.ctx, route, undefined, x, url)
+    if (badPath) refuse(x, badPath, plain)
+    else if (span) await otelContext.with(span.ctx, route, undefined, x, url)
     else await route(x, url)
     const code = f.code ?? outgoing.statusCode
     const ms = performance.now() - started
@@ -109,49 +141,35 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   const windows = new WindowTracker() // per process: fencing's requests between check and end, by resource
   metrics.trackWindows(windows)
   const idHeader = config.log.requestIdHeader.toLowerCase()
-  /** Writes a refusal; with admin.publicUrl, the audit view's timeline of its key or resource, where operators can reach it. */
-  const refuse = (x: Exchange, p: Problem): void => {
-    const f = x.facts
-    f.outcome = p.outcome
-    const timeline = config.admin.publicUrl && timelineLink({ outcome: f.outcome, keyHash: f.keyHash, resource: f.resource }, config.admin.publicUrl)
-    p.respond(x.outgoing, f.requestId, idHeader, timeline ? { timeline } : undefined)
-  }
+  /** with admin.publicUrl, a refusal names the audit view's timeline of its key or resource, where operators can reach it */
+  const refusing: Refusing = { idHeader, publicUrl: config.admin.publicUrl }
+  const plain: Refusing = { idHeader }
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
-    table.add(rc.match.methods, rc.match.path, { route, handle: routeHandler(route, { store, metrics, log, windows, pool, traceFields: traceFields(), watch, refuse }) })
+    const context: RouteContext = { route, store, metrics, log, windows, pool, traceFields: traceFields(), watch, refusing }
+    table.add(rc.match.methods, rc.match.path, { route, handle: routeHandler(context) })
   }
 
-  /** What went wrong on the route's path, answered: fail closed when the store cannot answer (contract §4). */
+  /**
+   * What escaped the route's path: a problem or a store error is refused like any other (fail
+   * closed, contract §4); a client that left before its request was whole is not answered;
+   * anything else is a bug, said as such (never blamed on the upstream).
+   */
   const failed = (x: Exchange, err: unknown): void => {
-    const { incoming, outgoing, facts: f } = x
-    if (err instanceof Problem || err instanceof StoreError) {
-      // one mapping for every store call
-      if (!outgoing.headersSent) return refuse(x, err instanceof Problem ? err : err instanceof StoreWentBack ? stateLost() : storeUnavailable(err))
-    } else if (incoming.errored || (incoming.destroyed && !incoming.complete)) {
-      // the client left before its request was whole: nothing was forwarded, nobody to answer
-      f.outcome = 'bad_request'
-      f.code = 499
-      outgoing.destroy()
-      return
-    } else {
-      // a bug on the request path: the gateway's fault, said as such (never blamed on the upstream)
-      log.error('unexpected error on the request path', { route: f.route, requestId: f.requestId, error: (err as Error)?.message })
-      const p = gatewayError()
-      f.outcome = p.outcome
-      if (!outgoing.headersSent) return p.respond(outgoing, f.requestId, idHeader)
-    }
-    outgoing.destroy()
+    if (err instanceof Problem || err instanceof StoreError) return refuse(x, err, refusing)
+    const { incoming, facts: f } = x
+    // nothing was forwarded, nobody to answer
+    if (incoming.errored || (incoming.destroyed && !incoming.complete)) return unanswered(x, 'bad_request')
+    log.error('unexpected error on the request path', { route: f.route, requestId: f.requestId, error: (err as Error)?.message })
+    refuse(x, gatewayError(), plain)
   }
 
   const route = async (x: Exchange, url: string): Promise<void> => {
     const m = table.match(x.facts.method, url)
-    if (m === undefined) {
-      x.facts.outcome = 'no_route'
-      return new Problem('no-route', 'No route of this gateway matches the request\'s method and path.').respond(x.outgoing, x.facts.requestId, idHeader)
-    }
+    if (m === undefined) return refuse(x, new Problem('no-route', 'No route of this gateway matches the request\'s method and path.'), plain)
     x.route = m.value.route
     x.match = m
     try {
@@ -161,12 +179,11 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     }
   }
 
-  const observed = observe(metrics, log, config.log, route, audit, config.admin.publicUrl)
+  const observed = observe({ metrics, log, logConfig: config.log, audit, publicUrl: config.admin.publicUrl }, route)
   const handle: Gateway['handle'] = (incoming, outgoing, url) => observed(incoming, outgoing, url).catch((err) => {
     // a bug in observing itself: answered if nothing was, never left hanging
     log.error('unexpected error on the request path', { error: (err as Error)?.message })
-    if (outgoing.headersSent) outgoing.destroy()
-    else gatewayError().respond(outgoing, newId(), idHeader)
+    refuse({ outgoing, facts: newFacts(newId(), incoming.method ?? 'GET') }, gatewayError(), { idHeader })
   })
   return { handle, pools }
 }

@@ -1,8 +1,9 @@
 /**
  * Every response the gateway makes itself is an RFC 9457 problem (application/problem+json)
  * with the contract's `type` URNs, from one table (`PROBLEMS`) and written by one serializer
- * (`Problem.body`, `Problem.responseHeaders`): the front door's refusals (./front-door.ts), the
- * request path's (./request-path.ts), the app's error handlers (./gateway.ts, ./admin.ts).
+ * (`Problem.body`, `Problem.responseHeaders`). On the proxy listener every one is written by
+ * ./refuse.ts — the front door's, the routes', admission's; on the admin listener by its error
+ * handler (./admin.ts, `toResponse`).
  */
 
 import type { ServerResponse } from 'node:http'
@@ -116,7 +117,7 @@ export class Problem extends TracelessError {
 }
 
 /**
- * What the 503 reads of the store's error: a full store's (StoreFull, src/store/errors.ts) limit,
+ * What the 503 reads of the store's error: a full store's (StoreFull, src/store/contract/errors.ts) limit,
  * its size and when room comes. Read by shape, so that this module imports nothing of the store.
  */
 export interface StoreRefusal {
@@ -137,7 +138,7 @@ const FULL: Record<string, (max: number) => string> = {
 
 /**
  * The 503 a request gets when the store cannot answer (contract §4: fail closed, nothing
- * forwarded). The app's error handlers turn every StoreError into it, in one place each; a full
+ * forwarded). Every StoreError becomes it in one place per listener (./refuse.ts, ./admin.ts); a full
  * store (StoreFull) is named with its limit, and Retry-After is when room comes at the earliest.
  */
 export function storeUnavailable(e?: StoreRefusal): Problem {
@@ -151,7 +152,7 @@ export function storeUnavailable(e?: StoreRefusal): Problem {
 
 /**
  * The 503 of a fenced or idempotent request while the store's state is lost (contract §3): the
- * epoch marker changed, or the store went back in time (src/store/sequence.ts).
+ * epoch marker changed, or the store went back in time (src/store/state-loss/sequence.ts).
  */
 export const stateLost = (): Problem =>
   new Problem('store-state-lost', 'The store has lost its state (high-water marks and idempotency records may be gone), so this request cannot be checked; nothing was forwarded. An operator must run `fencegate store accept-loss`.', {}, { 'retry-after': '5' })

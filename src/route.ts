@@ -1,9 +1,17 @@
 /**
  * A route from the config, compiled once at start-up: templates become functions, durations
- * are numbers, header names are lower-cased.
+ * are numbers, header names are lower-cased. And the route's context: the collaborators every
+ * step of its path is built from.
  */
+import type { Pool } from 'undici'
 import type { RouteConfig } from './config/schema.js'
 import { compileTemplate, pathParams, type Template } from './config/template.js'
+import type { Store } from './store/index.js'
+import type { StateWatch } from './store/index.js'
+import type { Metrics } from './telemetry/metrics.js'
+import type { Logger } from './log.js'
+import type { WindowTracker } from './fencing/window-tracker.js'
+import type { Refusing } from './refuse.js'
 
 export interface CompiledRoute {
   name: string
@@ -45,4 +53,26 @@ export function compileRoute(r: RouteConfig, requestIdHeader = 'X-Request-Id'): 
     }
   }
   return out
+}
+
+/**
+ * One route's collaborators, provisioned once per route by the gateway (./gateway.ts) and handed
+ * whole to each step of its path: admission (./admission/), fencing's windows, idempotency's
+ * claims, the upstream (./forward/send.ts).
+ */
+export interface RouteContext {
+  readonly route: CompiledRoute
+  readonly store: Store
+  readonly metrics: Metrics
+  readonly log: Logger
+  /** this process's fencing windows, shared by every route */
+  readonly windows: WindowTracker
+  /** the route's upstream connections */
+  readonly pool: Pool
+  /** the request fields the trace propagator writes (./forward/send.ts) */
+  readonly traceFields: readonly string[]
+  /** the store's epoch watch: a guarded route refuses while the state is lost */
+  readonly watch?: StateWatch
+  /** how the route's refusals are written (./refuse.ts) */
+  readonly refusing: Refusing
 }

@@ -4,7 +4,7 @@
  * pools and the store. `reload()` (SIGHUP) swaps in the app of a new config while requests in
  * flight finish under the old one (./reload.ts). A shared store that does not answer at start-up
  * does not stop the start: the gateway serves, failing closed, and connects when it answers
- * (./store/late.ts). The store is opened as the `--workers` primary opens it (./store/open.ts).
+ * (./store/runtime/late.ts). The store is opened as the `--workers` primary opens it (./store/runtime/open.ts).
  */
 import type { AddressInfo } from 'node:net'
 import { createServer, type Server } from 'node:http'
@@ -16,7 +16,8 @@ import { createGateway, type Gateway } from './gateway.js'
 import { createAdmin, exposedAdmin } from './admin.js'
 import { openGuardedStore, StateWatch, type RiskRefused } from './store/index.js'
 import { nextConfig, type ReloadResult } from './reload.js'
-import { hopelessUpload, onClientError, refuseAtDoor, routingUrl, screened } from './front-door.js'
+import { hopelessUpload, onClientError, routingUrl, screened } from './front-door.js'
+import { refuse } from './refuse.js'
 import { closeUpstreams } from './forward/send.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
@@ -109,7 +110,7 @@ function createProxyServer(config: Config, current: () => Generation, retire: (g
     const g = current()
     if (screened(req, res, g.idHeader)) return
     const url = routingUrl(req)
-    if (typeof url !== 'string') return refuseAtDoor(res, url, g.idHeader)
+    if (typeof url !== 'string') return refuse({ outgoing: res }, url, { idHeader: g.idHeader })
     g.active++
     res.once('close', () => { if (--g.active === 0 && g.retired) retire(g) })
     void g.handle(req, res, url)
@@ -134,9 +135,9 @@ function refuseHopelessUploads(server: Server, current: () => Generation): void 
 
 /**
  * Opens the store and starts both listeners. A redis or postgres store that does not answer yet
- * does not stop the start (contract §2): see ./store/late.ts.
+ * does not stop the start (contract §2): see ./store/runtime/late.ts.
  * @throws StoreError when a memory or sqlite store cannot be opened; RiskRefused when the store's
- *   settings hold a blocking risk (./store/doctor.ts); Error (EADDRINUSE…) when a port is taken
+ *   settings hold a blocking risk (./store/doctor/inspect.ts); Error (EADDRINUSE…) when a port is taken
  */
 export async function startGateway(config: Config, log: Logger = createLogger(), options: StartOptions = {}): Promise<Running> {
   const metrics = createMetrics(VERSION)

@@ -1,8 +1,8 @@
 /**
  * An error that is an expected answer rather than a fault — a refusal to a client (a problem),
  * a store that is full or cannot answer — made without a stack trace: nothing reads one, and
- * capturing it (with async frames) cost more than the rest of a refusal under load
- * (docs/performance.md). An engine's own error, passed as `cause`, keeps its stack.
+ * capturing one (with its async frames) costs more than the rest of a refusal. An engine's own
+ * error, passed as `cause`, keeps its stack.
  */
 export class TracelessError extends Error {
   constructor(message: string, options?: ErrorOptions) {

@@ -95,7 +95,7 @@ describe('store state loss', () => {
 
   // Acknowledged writes lost while the epoch stayed: what a failover to a lagging replica, or a
   // restore of an older backup, leaves. The gateway that saw the writes notices at its next write
-  // (the write sequence, src/store/sequence.ts); it retires the epoch so the others follow.
+  // (the write sequence, src/store/state-loss/sequence.ts); it retires the epoch so the others follow.
   const partial: [string, (id: string) => StoreInput, (id: string) => Promise<void>, (id: string) => Promise<void>][] = [
     ['redis', (id) => ({ kind: 'redis', url: REDIS_URL, keyPrefix: id }),
       async (id) => {

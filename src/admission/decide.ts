@@ -13,30 +13,18 @@
  *      `inFlight: wait` and time left); else forward.
  */
 import type { ClaimResult, FenceRequest, StoredResponse } from '../store/index.js'
-import type { IdempotencyResult } from '../outcomes.js'
+import type { FencingReason, IdempotencyResult } from '../outcomes.js'
 import { Problem } from '../problems.js'
 import type { FenceInput } from '../fencing/read.js'
+import type { FenceAnswer } from '../fencing/request-window.js'
 import type { ClaimInput, ClaimRefusal } from '../idempotency/read.js'
 import { retryAfterSeconds } from '../idempotency/retry-after.js'
 
 /** What idempotency read: nothing to claim (undefined), a claim to make, or the client's mistake. */
 export type KeyInput = ClaimInput | ClaimRefusal | undefined
 
-/**
- * What the store (and the check-to-apply window) said about the token:
- * - `current`: accepted by the check-and-set, or, for a request refused for its own mistake, not
- *   below the mark read (`highest` undefined: no mark yet);
- * - `stale`: below the mark (`since`: when the mark was first accepted, epoch ms, when known;
- *   `at`: when this request was checked);
- * - `held`: `fencing.serialize` waited `waitedMs` for older tokens in vain (`where` they were
- *   registered); `retryAfter` in seconds;
- * - `left`: the client closed the connection while the request waited.
- */
-export type FenceAnswer =
-  | { kind: 'current'; highest?: bigint }
-  | { kind: 'stale'; highest: bigint; since?: number; at: number }
-  | { kind: 'held'; where: 'process' | 'store'; waitedMs: number; retryAfter: number }
-  | { kind: 'left' }
+/** What the store (and the check-to-apply window) said about the token (src/fencing/request-window.ts). */
+export type { FenceAnswer }
 
 /**
  * What the claim found. `mayWait`: `idempotency.inFlight: wait` with time left; `now`, epoch ms;
@@ -48,9 +36,6 @@ export interface ClaimAnswer {
   now: number
   expectedMs?: number
 }
-
-/** The fencing rejection reason of `fencegate_fencing_rejections_total`. */
-export type FencingReason = 'stale' | 'missing' | 'malformed'
 
 /**
  * - `refuse`: answer `problem`; `fencing`: the rejection to count; `result`: the idempotency

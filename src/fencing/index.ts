@@ -8,5 +8,5 @@
  */
 export { fenceReader, type FenceInput } from './read.js'
 export { WindowTracker } from './window-tracker.js'
-export { RouteWindows, RequestWindow, type WindowAnswer } from './request-window.js'
+export { RouteWindows, RequestWindow, type FenceAnswer } from './request-window.js'
 export { parseFencingToken } from './token.js'

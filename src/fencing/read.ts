@@ -5,11 +5,12 @@
 import type { CompiledRoute } from '../route.js'
 import type { TemplateSource } from '../config/template.js'
 import type { FenceRequest } from '../store/index.js'
+import type { FencingReason } from '../outcomes.js'
 import { Problem } from '../problems.js'
 import { parseFencingToken } from './token.js'
 
 /** What fencing read: a check to make, or the request's refusal (`reason` for the metric). */
-export type FenceInput = FenceRequest | { refused: Problem; reason: 'missing' | 'malformed' }
+export type FenceInput = FenceRequest | { refused: Problem; reason: Exclude<FencingReason, 'stale'> }
 
 /**
  * @returns undefined when the route has no fencing, or the request no token and the route does

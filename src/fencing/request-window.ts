@@ -9,9 +9,10 @@
  *   end     when the request is over: reported when a newer token was sent upstream before it
  *           ended (overtaken); an unknown outcome holds the resource; else it leaves.
  *
- * Between settle and end, `markSent()` tells the window the request is going upstream.
+ * Between settle and end, `markSent()` tells the window the request is going upstream. All
+ * three, and `markSent`, are called by one owner: admission (src/admission/, its `Pass`).
  */
-import type { CompiledRoute } from '../route.js'
+import type { CompiledRoute, RouteContext } from '../route.js'
 import type { RequestFacts } from '../facts.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
@@ -20,14 +21,23 @@ import type { FenceWindow, ResourceWindow, RouteCount, WindowTracker } from './w
 import { storeWindow, type StoreWindow, type Ticket, type WindowTimes } from './window.js'
 
 /**
- * Why a request whose fence accepted it may still not go: a newer token got ahead while it
- * waited or registered (`stale`: the mark then, its `since` when known, `at` when checked); older
- * tokens still in flight after `waitedMs` (`held`, `retryAfter` seconds); the client left.
+ * What the store and the check-to-apply window said about a request's token:
+ * - `current`: accepted by the check-and-set (or the window let it go), or, for a request
+ *   refused for its own mistake, not below the mark read (`highest` undefined: no mark yet);
+ * - `stale`: below the mark, or a newer token got ahead while it waited or registered
+ *   (`highest`: the mark then; `since`: when the mark was first accepted, epoch ms, when known;
+ *   `at`: when this request was checked);
+ * - `held`: `fencing.serialize` waited `waitedMs` for older tokens in vain (`where` they were
+ *   registered); `retryAfter` in seconds;
+ * - `left`: the client closed the connection while the request waited.
  */
-export type WindowAnswer =
+export type FenceAnswer =
+  | { kind: 'current'; highest?: bigint }
   | { kind: 'stale'; highest: bigint; since?: number; at: number }
   | { kind: 'held'; where: 'process' | 'store'; waitedMs: number; retryAfter: number }
   | { kind: 'left' }
+
+const GO: FenceAnswer = { kind: 'current' }
 
 /** One route's windows: what its requests share. */
 export class RouteWindows {
@@ -35,8 +45,20 @@ export class RouteWindows {
   readonly count: RouteCount
   readonly shared: StoreWindow | undefined
   readonly times: WindowTimes
+  readonly route: CompiledRoute
+  readonly store: Store
+  readonly tracker: WindowTracker
+  readonly metrics: Metrics
+  readonly log: Logger
 
-  constructor(readonly route: CompiledRoute, readonly store: Store, readonly tracker: WindowTracker, readonly metrics: Metrics, readonly log: Logger) {
+  constructor(context: RouteContext) {
+    const { route, store, log } = context
+    this.route = route
+    this.store = store
+    this.tracker = context.windows
+    this.metrics = context.metrics
+    this.log = log
+    const tracker = this.tracker
     const fencing = route.config.fencing
     const upstreamTimeout = route.config.upstream.timeout
     this.serialize = fencing?.serialize ?? false
@@ -68,12 +90,12 @@ export class RequestWindow {
    * settle: after the fence accepted the token. Without `serialize`, nothing to do.
    * @param recorded the request has an idempotency record (its unknown outcome holds for the lease)
    * @param gone whether the client has left (a write nobody waits for is not sent)
-   * @returns undefined: go; else why not
+   * @returns `current`: go; else why not
    * @throws StoreError when the store cannot answer (register, a poll, a mark read)
    */
-  async settle(recorded: boolean, gone: () => boolean): Promise<WindowAnswer | undefined> {
+  async settle(recorded: boolean, gone: () => boolean): Promise<FenceAnswer> {
     const { serialize, shared, times } = this.w
-    if (!serialize) return undefined
+    if (!serialize) return GO
     if (shared) {
       const entered = await shared.register(this.resource, this.token, times, recorded, this.#started)
       if (!('ticket' in entered)) {
@@ -95,7 +117,7 @@ export class RequestWindow {
     return this.#newerSent()
   }
 
-  async #waitInStore(first: OlderWrites, gone: () => boolean): Promise<WindowAnswer | undefined> {
+  async #waitInStore(first: OlderWrites, gone: () => boolean): Promise<FenceAnswer> {
     const wait = this.w.times.serializeWait
     const waited = await this.w.shared!.waitForOlder(this.#ticket!, first, wait, gone)
     if (waited.kind === 'timeout') {
@@ -107,9 +129,9 @@ export class RequestWindow {
   }
 
   /** A newer token was sent while this one waited: stale, with the mark's first acceptance when the store has it. */
-  async #newerSent(): Promise<WindowAnswer | undefined> {
+  async #newerSent(): Promise<FenceAnswer> {
     const sent = this.flights.sent
-    if (sent <= this.token) return undefined
+    if (sent <= this.token) return GO
     const at = Date.now()
     const mark = await this.w.store.mark(this.resource)
     return { kind: 'stale', highest: mark !== undefined && mark.highest >= sent ? mark.highest : sent, since: mark?.since, at }

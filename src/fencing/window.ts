@@ -40,7 +40,7 @@
  *      first, with Retry-After).
  *   7. U(a) fails (store down): as 6, bounded by the deadline.
  *   8. R(a) answers after the gateway gave up on it (store.timeout: a answered 503): the late
- *      registration is unregistered as soon as its answer comes (src/store/index.ts), or ends at
+ *      registration is unregistered as soon as its answer comes (src/store/runtime/guard.ts), or ends at
  *      its deadline.
  *   9. Q(b) fails: b answers 503 store-unavailable, nothing forwarded; U(b) as usual.
  * Why R comes after F rather than before: registering before the fence would need a third call
@@ -51,7 +51,7 @@
  *
  * Deadlines (epoch ms; on Redis and PostgreSQL the store's clock: the gateway passes the deadline
  * as a duration from now and the store reads its own clock to write and to compare it, so
- * replicas need not agree on the time — src/store/clock.ts; SQLite's gateways share one host's). A
+ * replicas need not agree on the time — src/store/shared/clock.ts; SQLite's gateways share one host's). A
  * registration must outlive the request's outcome mattering even when nobody is left to
  * unregister it, so it is set to the request's own bound: the longest it can wait before sending
  * (`serializeWait`, plus `upstream.timeout` when `inFlight: wait` may wait for the key, plus

@@ -1,10 +1,13 @@
 /**
  * The respond step: an answer written to the client — stored (a replay), captured whole, or
- * streamed as it comes from the upstream (RFC 9110 §7.6: end-to-end headers, the gateway's Via
- * and request id). One writer for replays and forwarded answers alike.
+ * streamed as it comes from the upstream's live exchange (`Answer.call`, ./upstream-call.ts)
+ * (RFC 9110 §7.6: end-to-end headers, the gateway's Via and request id). One writer for replays
+ * and forwarded answers alike; a replay's outcome is noted here.
  */
 import type { ServerResponse } from 'node:http'
+import type { Exchange } from '../exchange.js'
 import type { UnknownReason } from '../outcomes.js'
+import type { StoredResponse } from '../store/index.js'
 import { flat, VIA } from './headers.js'
 import type { Answer } from './send.js'
 
@@ -25,15 +28,26 @@ export function respondWhole(outgoing: ServerResponse, status: number, headers: 
   outgoing.end(body)
 }
 
+/** Writes a stored response as the answer to `x`, byte for byte; the request id is this request's, not the first one's. */
+export function respondReplay(x: Exchange, r: StoredResponse): void {
+  const idHeader = x.route!.requestIdHeader
+  x.facts.outcome = 'replayed'
+  respondWhole(x.outgoing, r.status, r.headers, r.body, addedHeaders(idHeader, x.facts.requestId, true), idHeader)
+}
+
 /**
- * Writes an upstream answer: whole when it was captured whole, else its headers, what was
+ * Writes an upstream answer to `x`: whole when it was captured whole, else its headers, what was
  * captured, and the rest as it comes (pausing the upstream while the client is slow).
  * @param brokenOff notes an answer that broke off mid-body (the upstream reset or went silent,
- *   or the client left) and says why; the exchange is then aborted, and the client's connection
- *   must be destroyed (never end a truncated body cleanly) once the outcome is recorded
+ *   or the client left) for `reason` and returns it; the exchange is then aborted, and the
+ *   client's connection must be destroyed (never end a truncated body cleanly) once the outcome
+ *   is recorded
  * @returns undefined when the answer was written whole; else why it broke off
  */
-export async function respondAnswer(outgoing: ServerResponse, a: Answer, added: string[], idHeader: string, brokenOff: (aborted: boolean, timedOut: boolean) => UnknownReason): Promise<UnknownReason | undefined> {
+export async function respondAnswer(x: Exchange, a: Answer, brokenOff: (reason: UnknownReason) => UnknownReason): Promise<UnknownReason | undefined> {
+  const { outgoing, facts: f } = x
+  const idHeader = x.route!.requestIdHeader
+  const added = addedHeaders(idHeader, f.requestId, false)
   const call = a.call
   try {
     if (a.body !== undefined) {
@@ -50,7 +64,7 @@ export async function respondAnswer(outgoing: ServerResponse, a: Answer, added: 
     }
     return undefined
   } catch {
-    const reason = outgoing.writableFinished ? undefined : brokenOff(call.aborted && !call.timedOut, call.timedOut)
+    const reason = outgoing.writableFinished ? undefined : brokenOff(call.unknownReason)
     call.abort()
     if (reason === undefined) outgoing.destroy()
     return reason

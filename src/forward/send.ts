@@ -1,21 +1,24 @@
 /**
  * The send step: the request goes upstream with undici (one keep-alive Pool per route, the
- * exchange on its dispatch API with one handler of ours, ./upstream-call.ts), and what came back
- * is returned as data — the upstream's status, end-to-end headers and, when it is captured, the
- * whole body; or why nothing came back. Writing it to the client is ./respond.ts's.
+ * exchange on its dispatch API with one handler of ours, ./upstream-call.ts). What it returns is
+ * an `Answer` — the upstream's status and end-to-end headers, and the whole body when it was
+ * captured, else the live exchange (`call`) the body is still coming from — or a `Failed`: why
+ * nothing (complete) came back, as data. Writing the answer to the client, draining that live
+ * exchange, is ./respond.ts's.
  *
  * Failure mapping (contract §5): connect failure → 502 (nothing sent); no response headers
  * within `upstream.timeout` → 504 (outcome unknown); reset after sending → 502 (outcome
  * unknown); the client left → nothing to answer (499). The path and query go as received.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Pool, errors as undiciErrors } from 'undici'
 import type { Dispatcher } from 'undici'
-import type { CompiledRoute } from '../route.js'
+import type { Exchange } from '../exchange.js'
+import type { CompiledRoute, RouteContext } from '../route.js'
 import type { RequestFacts } from '../facts.js'
 import type { Metrics } from '../telemetry/metrics.js'
-import type { UnknownReason } from '../store/index.js'
+import type { UnknownReason } from '../outcomes.js'
 import { Problem } from '../problems.js'
+import { unanswered } from '../refuse.js'
 import { BodyLimit } from '../body.js'
 import { UpstreamCall } from './upstream-call.js'
 import { requestHeaders, responseHeaders } from './headers.js'
@@ -27,8 +30,9 @@ const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREAC
 
 /**
  * The upstream answered: `body` is the whole body when it was captured whole (for the record,
- * or a small answer), else undefined — its first chunks are in `call.chunks` (`call.overflow`)
- * or it streams from the start; `upstreamMs` from sending to the response headers.
+ * or a small answer), else undefined — the exchange is still live: its first chunks are in
+ * `call.chunks` (`call.overflow`) or it streams from the start; `upstreamMs` from sending to the
+ * response headers.
  */
 export interface Answer {
   kind: 'answer'
@@ -52,6 +56,18 @@ export type Failed =
   | { kind: 'failed'; sent: true; reason: UnknownReason; problem?: Problem }
 
 export type Sent = Answer | Failed
+
+/**
+ * What the send step is given with a request (src/admission/pass.ts `Pass`): the body when it was
+ * read already (a claim fingerprints it), the bytes of the answer to capture before streaming (a
+ * claim's record; 0 streams), and `markSent`, called once, when undici starts writing the
+ * request (the effect may happen from here).
+ */
+export interface Sending {
+  readonly body: Buffer | undefined
+  readonly captureBytes: number
+  markSent(): void
+}
 
 /**
  * The request target as the upstream must see it: origin-form. An absolute-form target
@@ -91,10 +107,20 @@ export class Upstream {
   readonly #byCode = new Map<number, { observe(v: number): void }>()
 
   /**
-   * @param traceFields the request fields the trace propagator writes (`traceparent`, …), lower
-   *   case: the client's are not forwarded, the gateway's own are (contract §5); empty with tracing off
+   * the request fields the trace propagator writes (`traceparent`, …), lower case: the client's
+   * are not forwarded, the gateway's own are (contract §5); empty with tracing off
    */
-  constructor(private readonly route: CompiledRoute, private readonly pool: Pool, private readonly metrics: Metrics, private readonly traceFields: readonly string[] = []) {
+  readonly #route: CompiledRoute
+  readonly #pool: Pool
+  readonly #metrics: Metrics
+  readonly #traceFields: readonly string[]
+
+  /** `context.traceFields`: see the class's fields; `context.pool`: the route's (`createUpstream`) */
+  constructor(context: RouteContext) {
+    const route = this.#route = context.route
+    this.#pool = context.pool
+    this.#metrics = context.metrics
+    this.#traceFields = context.traceFields
     this.#url = new URL(route.config.upstream.url)
     this.#keep = new Set([route.fencing?.tokenHeader, route.idempotency?.keyHeader].filter((h): h is string => !!h))
     this.#timeoutMs = route.config.upstream.timeout
@@ -103,29 +129,28 @@ export class Upstream {
 
   /**
    * Sends the request; resolves once the answer's headers are in (and its body, when captured)
-   * or the exchange failed. Notes the upstream's status, duration and unknown outcomes on `f`.
-   * @param buffered the request body when it was read already (a claim fingerprints it)
-   * @param captureBytes bytes of the answer to capture before streaming (a claim's record); 0 streams
-   * @param onSent called once, when undici starts writing the request (the effect may happen from here)
+   * or the exchange failed. Notes the upstream's status, duration and unknown outcomes on the
+   * request's facts.
    */
-  async send(incoming: IncomingMessage, outgoing: ServerResponse, f: RequestFacts, buffered: Buffer | undefined, captureBytes: number, onSent: () => void): Promise<Sent> {
+  async send(x: Exchange, sending: Sending): Promise<Sent> {
+    const { incoming, outgoing, facts: f } = x
     if (outgoing.destroyed || incoming.socket?.destroyed) {
       // the client left while the checks ran: send nothing
-      return this.#clientLeft(f, false)
+      return this.#clientLeft(x, false)
     }
-    const call = new UpstreamCall(captureBytes, this.#timeoutMs, onSent)
+    const call = new UpstreamCall(sending.captureBytes, this.#timeoutMs, sending)
     const onClose = () => { if (!outgoing.writableFinished) call.abort() }
     outgoing.once('close', onClose)
     const path = originForm(incoming.url!)
-    const headers = requestHeaders(incoming, this.#url.host, this.#keep, [this.route.requestIdHeader, f.requestId], this.traceFields)
+    const headers = requestHeaders(incoming, this.#url.host, this.#keep, [this.#route.requestIdHeader, f.requestId], this.#traceFields)
     const span = startClientSpan(f.method, this.#url, path, headers)
     const started = performance.now()
     try {
-      await call.start(this.pool, { path, method: f.method as Dispatcher.HttpMethod, headers, body: (buffered ?? this.#limit.stream(incoming)) as Dispatcher.DispatchOptions['body'] })
+      await call.start(this.#pool, { path, method: f.method as Dispatcher.HttpMethod, headers, body: (sending.body ?? this.#limit.stream(incoming)) as Dispatcher.DispatchOptions['body'] })
     } catch (e) {
       outgoing.off('close', onClose)
       span?.end(undefined, call.timedOut ? 'timeout' : (e as { code?: string }).code ?? (e as Error).name)
-      return this.#failed(f, e as Error, call)
+      return this.#failed(x, e as Error, call)
     }
     const upstreamMs = f.upstreamMs = performance.now() - started
     this.#observe(call.status, upstreamMs / 1000)
@@ -139,8 +164,7 @@ export class Upstream {
     } catch {
       // cut off before the client saw anything: never end a truncated body cleanly
       outgoing.off('close', onClose)
-      const aborted = call.aborted && !call.timedOut
-      const reason = this.brokenOff(f, span, call, aborted, call.timedOut, false)
+      const reason = this.brokenOff(x, answer, call.unknownReason)
       call.abort()
       return { kind: 'failed', sent: true, reason }
     }
@@ -148,20 +172,23 @@ export class Upstream {
 
   /**
    * The answer broke off after its headers (the upstream reset or went silent mid-body, or the
-   * client left): the outcome is unknown. Notes it on `f`: 499 when the client left (nginx), 0
-   * when it got no status line at all (Envoy logs such a one as 0).
+   * client left): the outcome is unknown, for `reason` (./upstream-call.ts `unknownReason`).
+   * Notes it on the request's facts: 499 when the client left (nginx), 0 when it got no status
+   * line at all (Envoy logs such a one as 0).
+   * @returns `reason`
    */
-  brokenOff(f: RequestFacts, span: ClientTrace | undefined, call: UpstreamCall, aborted: boolean, timedOut: boolean, headersSent: boolean): UnknownReason {
-    const reason: UnknownReason = timedOut ? 'timeout' : aborted ? 'client_abort' : 'reset'
-    span?.end(call.status, reason)
+  brokenOff(x: Exchange, a: Answer, reason: UnknownReason): UnknownReason {
+    const f = x.facts
+    a.span?.end(a.status, reason)
     this.#unknown(f, reason)
     f.outcome = 'outcome_unknown'
-    if (aborted) f.code = 499
-    else if (!headersSent) f.code = 0
+    if (reason === 'client_abort') f.code = 499
+    else if (!x.outgoing.headersSent) f.code = 0
     return reason
   }
 
-  #failed(f: RequestFacts, err: Error & { code?: string }, call: UpstreamCall): Failed {
+  #failed(x: Exchange, err: Error & { code?: string }, call: UpstreamCall): Failed {
+    const f = x.facts
     const timeoutMs = this.#timeoutMs
     if (BodyLimit.exceeded(err)) return { kind: 'failed', sent: false, problem: this.#limit.tooLarge() }
     if (!call.sent && call.timedOut) {
@@ -171,13 +198,13 @@ export class Upstream {
       return { kind: 'failed', sent: false, problem: p }
     }
     // the client left while undici was still connecting or queued: nothing reached the upstream
-    if (!call.sent && call.aborted) return this.#clientLeft(f, false)
+    if (!call.sent && call.aborted) return this.#clientLeft(x, false)
     if (!call.sent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
       return { kind: 'failed', sent: false, problem: new Problem('upstream-unavailable', `The upstream ${this.#url.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`) }
     }
     const reason: UnknownReason = call.timedOut ? 'timeout' : call.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
     this.#unknown(f, reason)
-    if (reason === 'client_abort') return this.#clientLeft(f, true)
+    if (reason === 'client_abort') return this.#clientLeft(x, true)
     if (reason === 'timeout') {
       return { kind: 'failed', sent: true, reason, problem: new Problem('upstream-timeout', `The upstream sent no response within ${timeoutMs} ms. The request was sent, so it may have taken effect.`) }
     }
@@ -186,24 +213,20 @@ export class Upstream {
     return { kind: 'failed', sent: true, reason, problem: p }
   }
 
-  /** The client left before an answer: nobody to answer (499). */
-  #clientLeft(f: RequestFacts, sent: boolean): Failed {
-    f.code = 499
-    if (!sent) {
-      f.outcome = 'bad_request'
-      return { kind: 'failed', sent: false }
-    }
-    f.outcome = 'outcome_unknown'
-    return { kind: 'failed', sent: true, reason: 'client_abort' }
+  /** The client left before an answer: nobody to answer (src/refuse.ts `unanswered`). */
+  #clientLeft(x: Exchange, sent: boolean): Failed {
+    unanswered(x, sent ? 'outcome_unknown' : 'bad_request')
+    return sent ? { kind: 'failed', sent: true, reason: 'client_abort' } : { kind: 'failed', sent: false }
   }
 
   #unknown(f: RequestFacts, reason: UnknownReason): void {
-    this.metrics.unknownOutcomes.inc({ route: this.route.name, reason })
+    this.#metrics.unknownOutcomes.inc({ route: this.#route.name, reason })
     f.unknown = reason
   }
 
   #observe(status: number, seconds: number): void {
-    const { metrics, route } = this
+    const metrics = this.#metrics
+    const route = this.#route
     if (tracingOn()) return metrics.upstreamDuration.observe({ route: route.name, code: String(status) }, seconds) // with its exemplar
     let h = this.#byCode.get(status)
     if (h === undefined) this.#byCode.set(status, h = histogramSeries(metrics.upstreamDuration, route.name, String(status)))

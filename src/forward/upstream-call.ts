@@ -7,19 +7,20 @@
  *
  * The handler speaks the interface undici's core calls (onConnect, onHeaders with the raw header
  * lines, onData returning false to pause), marked deprecated in its types in favour of the
- * controller API; a controller handler is wrapped per request in undici's UnwrapHandler, which
- * also parses the headers into an object before we see them — both measured on every request
- * (./docs/performance.md). The wrapper is the whole of the difference, so moving back is local.
+ * controller API: a controller handler is wrapped per request in undici's UnwrapHandler, which
+ * also parses the headers into an object before we see them (the cost is in
+ * docs/performance.md). The wrapper is the whole of the difference, so moving to it is local.
  *
  * Timeouts are this handler's own, on Node's millisecond timers: undici's `headersTimeout` and
- * `bodyTimeout` run on its shared coarse clock (~0.5 s resolution), which fired a 600 ms timeout
- * after 547 ms and a 400 ms one after 970 ms. One Timeout object per exchange, re-armed with
- * `refresh()`: `timeoutMs` from dispatch to the response headers (queueing and connecting
- * included, so the client's wait is bounded), then `timeoutMs` of silence between body chunks
- * (not counted while the client's socket is full and the upstream is paused for it).
+ * `bodyTimeout` run on its shared coarse clock (about 0.5 s resolution), too coarse for a
+ * timeout of a few hundred ms. One Timeout object per exchange, re-armed with `refresh()`:
+ * `timeoutMs` from dispatch to the response headers (queueing and connecting included, so the
+ * client's wait is bounded), then `timeoutMs` of silence between body chunks (not counted while
+ * the client's socket is full and the upstream is paused for it).
  */
 import { errors as undiciErrors, type Dispatcher } from 'undici'
 import type { ServerResponse } from 'node:http'
+import type { UnknownReason } from '../outcomes.js'
 
 interface Waiter<T> { resolve(v: T): void; reject(e: Error): void }
 
@@ -80,10 +81,15 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /**
    * @param limit bytes of the answer to capture before streaming the rest (0: stream at once)
    * @param timeoutMs the route's `upstream.timeout`: to the headers, then between body chunks, ms
-   * @param onSent called once, when undici starts writing the request
+   * @param sending told once (`markSent`), when undici starts writing the request
    */
-  constructor(private limit: number, private readonly timeoutMs: number, private readonly onSent: () => void) {
+  constructor(private limit: number, private readonly timeoutMs: number, private readonly sending: { markSent(): void }) {
     this.captured = limit > 0
+  }
+
+  /** Why an exchange that broke off after it was sent has an unknown outcome. */
+  get unknownReason(): UnknownReason {
+    return this.timedOut ? 'timeout' : this.aborted ? 'client_abort' : 'reset'
   }
 
   /**
@@ -169,7 +175,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     // a client that left while the request was queued: abort it here, before a byte is written
     if (this.aborted) { abort(this.timedOut ? new HeadersTimeout(this.timeoutMs) : new Error(CLIENT_LEFT)); return }
     this.sent = true
-    this.onSent()
+    this.sending.markSent()
   }
 
   /** @returns false to pause the upstream (never here: see onData) */

@@ -8,7 +8,7 @@
  */
 import type { RequestFacts } from '../facts.js'
 import type { IdempotencyResult, UnknownReason } from '../outcomes.js'
-import type { CompiledRoute } from '../route.js'
+import type { CompiledRoute, RouteContext } from '../route.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Logger } from '../log.js'
 import type { ClaimResult, RecordKey, Store } from '../store/index.js'
@@ -19,8 +19,8 @@ import { counterSeries } from '../telemetry/series.js'
 /** The default of `idempotency.releaseStatuses`: upstream statuses that mean "not done, try again": the claim is released, not stored. */
 export const RELEASE_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
 
-/** One route's records: counting, noting what claims found, and the claimed keys of its requests. */
-export class Records {
+/** One route's claims: counting results, noting what claims found, and the claimed keys of its requests. */
+export class RouteClaims {
   readonly route: string
   readonly cfg: NonNullable<CompiledRoute['idempotency']>
   readonly #metrics: Metrics
@@ -28,9 +28,15 @@ export class Records {
   /** the route's newest effect durations, for a 409's Retry-After */
   readonly effects = new EffectDurations()
 
-  constructor(route: CompiledRoute, readonly store: Store, metrics: Metrics, readonly log: Logger) {
+  readonly store: Store
+  readonly log: Logger
+
+  constructor(context: RouteContext) {
+    const { route, store, log } = context
+    this.store = store
+    this.log = log
     this.route = route.name
-    this.#metrics = metrics
+    this.#metrics = context.metrics
     this.cfg = route.idempotency!
     this.#leases = new LeaseKeeper(store, this.cfg.lease, log, route.name)
   }
@@ -85,7 +91,7 @@ export class Records {
  * headers), or no answer (`sent` false: nothing reached the upstream; else the outcome is
  * unknown, for `reason`).
  */
-export type Outcome =
+export type UpstreamResult =
   | { kind: 'answer'; status: number; headers: [string, string][]; body: Buffer | undefined; upstreamMs: number }
   | { kind: 'failed'; sent: false }
   | { kind: 'failed'; sent: true; reason: UnknownReason }
@@ -96,7 +102,7 @@ export class Claim {
   /** buffer the upstream body up to this many bytes to store it */
   readonly captureBytes: number
 
-  constructor(private readonly r: Records, private readonly f: RequestFacts, private readonly key: RecordKey, private readonly claimId: string, leases: LeaseKeeper) {
+  constructor(private readonly r: RouteClaims, private readonly f: RequestFacts, private readonly key: RecordKey, private readonly claimId: string, leases: LeaseKeeper) {
     this.captureBytes = r.cfg.maxResponseBytes
     this.#kept = leases.keep(key, claimId, Date.now())
   }
@@ -113,10 +119,10 @@ export class Claim {
    * this attempt did nothing upstream, so that earlier outcome is still unknown. Never throws:
    * a finish the store cannot write leaves the record in flight until its lease ends, then an
    * unknown outcome (reason crash); a release it did not answer is tried again by guardStore
-   * until it does (src/store/give-back.ts), undoing that crash. The client gets its answer
+   * until it does (src/store/runtime/give-back.ts), undoing that crash. The client gets its answer
    * either way (the failure is logged).
    */
-  async record(o: Outcome): Promise<void> {
+  async record(o: UpstreamResult): Promise<void> {
     const { r, f, key, claimId } = this
     const { store, cfg: { ttl, releaseStatuses } } = r
     this.#kept.stop() // the record leaves in_flight now

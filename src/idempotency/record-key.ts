@@ -10,7 +10,7 @@
  *   key hash sha256hex(scope + "\n" + key)
  */
 import { hash } from 'node:crypto'
-import type { RecordKey } from '../store/index.js'
+import { recordKeyHash, type RecordKey } from '../store/index.js'
 
 /**
  * Hex SHA-256: 64 lower-case digits. `crypto.hash` (Node ≥ 20.12) is one call, without a Hash
@@ -18,8 +18,8 @@ import type { RecordKey } from '../store/index.js'
  */
 export const sha256hex = (s: string | Buffer): string => hash('sha256', s, 'hex')
 
-/** The attempt log's key hash: hex SHA-256 of the record's scope (itself a hash, or "") and key. */
-export const keyHashOf = (scope: string, key: string): string => sha256hex(`${scope}\n${key}`)
+/** The attempt log's key hash: hex SHA-256 of the record's scope (itself a hash, or "") and key, as the store derives it. */
+export const keyHashOf = (scope: string, key: string): string => recordKeyHash({ route: '', scope, key })
 
 /** A record's key and its key hash (hex SHA-256, never the key itself). */
 export interface KeyedRecord {

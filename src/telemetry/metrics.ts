@@ -17,28 +17,29 @@
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
 import type { Config, RouteConfig } from '../config/schema.js'
+import { PROBLEMS, type ProblemName } from '../problems.js'
+import { FENCING_REASONS, IDEMPOTENCY_RESULTS, UNKNOWN_REASONS, type StoreLimit } from '../outcomes.js'
+import { traceExemplar, tracingOn } from './tracing.js'
+import { counterSeries, histogramSeries } from './series.js'
 
 /** The `store` label: the configured store kind (contract §2). */
 type StoreKind = Config['store']['kind']
-import { PROBLEMS, type ProblemName } from '../problems.js'
-import { traceExemplar, tracingOn } from './tracing.js'
-import { counterSeries, histogramSeries } from './series.js'
 
 // A proxy's latencies: from half a millisecond to the longest upstream timeout worth seeing.
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 // A stale writer's lateness: from a request racing its successor to a lease holder paused for an hour.
 const LATENESS_BUCKETS = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]
 
-/** Label values of contract §6, each present at 0 from start-up. */
-export const FENCING_REASONS = ['stale', 'missing', 'malformed'] as const
-export const IDEMPOTENCY_RESULTS = ['stored', 'replayed', 'in_flight', 'key_reused', 'released', 'not_stored'] as const
-export const UNKNOWN_REASONS = ['timeout', 'reset', 'client_abort', 'crash'] as const
+/**
+ * Label values of contract §6, each present at 0 from start-up. The request path's value sets
+ * (fencing reasons, idempotency results, unknown reasons) are defined once in src/outcomes.ts.
+ */
 export const AUDIT_DROP_REASONS = ['queue_full', 'store_error', 'log_full', 'evicted'] as const
 /** The limits of a store that refuses new entries when full (the memory store's, SQLite's disk; `fencegate_store_full_total`). */
-export const STORE_LIMITS = { memory: ['max_records', 'max_resources', 'max_attempts'], sqlite: ['disk'] } as const satisfies Partial<Record<StoreKind, readonly string[]>>
+export const STORE_LIMITS_BY_STORE = { memory: ['max_records', 'max_resources', 'max_attempts'], sqlite: ['disk'] } as const satisfies Partial<Record<StoreKind, readonly StoreLimit[]>>
 export const RELOAD_RESULTS = ['applied', 'refused'] as const
 /**
- * The `op` label of the store metrics: every operation guardStore (src/store/index.ts) times and
+ * The `op` label of the store metrics: every operation guardStore (src/store/runtime/guard.ts) times and
  * counts. A new store operation belongs here too, or its first error is invisible to alerts
  * (test/dashboard.test.ts compares this list with guardStore's calls).
  */
@@ -196,7 +197,7 @@ export function createMetrics(version: string) {
   /** The store metrics of every op at 0 (contract §6). Safe to call again. */
   const initStore = (store: StoreKind) => {
     m.storeStateLosses.inc({ store }, 0)
-    for (const limit of (STORE_LIMITS as Partial<Record<StoreKind, readonly string[]>>)[store] ?? []) m.storeFull.inc({ store, limit }, 0)
+    for (const limit of (STORE_LIMITS_BY_STORE as Partial<Record<StoreKind, readonly string[]>>)[store] ?? []) m.storeFull.inc({ store, limit }, 0)
     for (const op of STORE_OPS) {
       m.storeErrors.inc({ store, op }, 0)
       zeroOnce(m.storeDuration, { store, op })

@@ -1,5 +1,5 @@
 /**
- * The conformance suite's cases for `release` (src/store/types.ts), run by conformance.ts against
+ * The conformance suite's cases for `release` (src/store/contract/store.ts), run by conformance.ts against
  * every store: a claim given back reads as before it — nothing, or the unknown outcome it took over
  * (which the store keeps on the claim itself) — also after its own lease ran out and a later
  * claim made it an unknown outcome (reason crash), as long as nobody took it over or settled it.

@@ -1,7 +1,7 @@
 /**
  * The store conformance suite: written once, run against every Store implementation by
  * memory.test.ts, sqlite.test.ts, redis.test.ts, redis-cluster.test.ts, redis-replicas.test.ts
- * and postgres.test.ts. It asserts the promises in src/store/types.ts: the fencing check-and-set
+ * and postgres.test.ts. It asserts the promises in src/store/contract/store.ts: the fencing check-and-set
  * and its `since`, `admit` (a half-failed one too), the idempotency record state machine, claim
  * ids, ttl and lease expiry, release (./conformance-give-back.ts), renewal, key scoping, unknown outcomes and their resolution, the
  * registrations of `fencing.serialize: store`, the attempt log, the state markers and close().
@@ -33,7 +33,7 @@ export interface ConformanceOptions {
    * Makes the claim step of `admit` (and `claim`) fail inside the engine on `store` — a trigger
    * refusing writes to the records table, a record key holding the wrong type, a patched map —
    * while fences still work, and returns the function that removes the fault. Every store gives
-   * one: the suite checks what a half-failed `admit` leaves behind (src/store/types.ts `admit`),
+   * one: the suite checks what a half-failed `admit` leaves behind (src/store/contract/store.ts `admit`),
    * and a store's test file without it fails that test. The test claims only `key()` (the
    * default record key), so a fault on that one record is enough.
    */
@@ -425,7 +425,7 @@ export function describeStoreConformance(
         if (!options.failClaims) {
           throw new Error(`store conformance "${name}": its test file passes no options.failClaims. Every store must provide a fault injector ` +
             'that makes the claim step of admit fail while fences still work (ConformanceOptions.failClaims), so the suite can check ' +
-            'what a half-failed admit leaves behind (src/store/types.ts, Store.admit)')
+            'what a half-failed admit leaves behind (src/store/contract/store.ts, Store.admit)')
         }
         const s = await open()
         await s.fence('res/half', 5n, T0 - 5_000)
@@ -1127,7 +1127,7 @@ export function describeStoreConformance(
       })
     })
 
-    describe.runIf(options.onStoreClock)('the store\'s own clock (src/store/clock.ts)', () => {
+    describe.runIf(options.onStoreClock)('the store\'s own clock (src/store/shared/clock.ts)', () => {
       // this host's clock is the store's here, give or take a round trip
       const SLACK = 2_000
       const TEN_YEARS = 10 * 365 * 86_400_000

@@ -1,4 +1,4 @@
-// guardStore's give-backs (src/store/give-back.ts): a claim the gateway never used — its reply was
+// guardStore's give-backs (src/store/runtime/give-back.ts): a claim the gateway never used — its reply was
 // lost, or a release went unanswered — is given back by its id until the store takes it, also
 // long past the claim's lease (the store then undoes the unknown outcome that lease made), within
 // the record's ttl; while the store fails one is tried at a time, each in turn (a failed one goes to

@@ -1,4 +1,4 @@
-// guardStore (src/store/index.ts): every call of a store that is not in process is raced against
+// guardStore (src/store/runtime/guard.ts): every call of a store that is not in process is raced against
 // `store.timeout`; the caller gets StoreError when the store is slower, and the request fails
 // closed (503, nothing forwarded). A claim the slow store still makes after that is given back by
 // its id (the store deletes it, or puts back the unknown outcome it took over), since nobody

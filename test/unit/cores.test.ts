@@ -9,7 +9,7 @@ import type { ClaimRequest } from '../../src/store/index.js'
 const T = 1_700_000_000_000
 const req = (claimId: string, over: Partial<ClaimRequest> = {}): ClaimRequest => ({ fingerprint: 'fp', claimId, leaseMs: 1_000, ttlMs: 60_000, retryUnknown: false, ...over })
 
-describe('the idempotency record state machine (src/store/record-state.ts)', () => {
+describe('the idempotency record state machine (src/store/shared/record-state.ts)', () => {
   test('none → in_flight → completed; a repeat reads the response; another fingerprint is a mismatch', () => {
     const c = decideClaim(undefined, req('c1'), T)
     expect(c.result).toEqual({ kind: 'claimed' })

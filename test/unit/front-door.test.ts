@@ -3,7 +3,8 @@
 // are in test/hostile/input.test.ts.
 import type { IncomingMessage } from 'node:http'
 import { describe, expect, test } from 'vitest'
-import { dotSegmentPath, routingUrl, saneRequestId } from '../../src/front-door.js'
+import { routingUrl, saneRequestId } from '../../src/front-door.js'
+import { dotSegmentPath } from '../../src/gateway.js'
 import { Problem } from '../../src/problems.js'
 
 describe('dot-segment paths', () => {

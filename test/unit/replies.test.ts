@@ -1,8 +1,8 @@
-// What the server-side stores answer, decoded once for redis and postgres (src/store/replies.ts).
+// What the server-side stores answer, decoded once for redis and postgres (src/store/shared/replies.ts).
 import { describe, expect, test } from 'vitest'
 import { asReason, claimResult, fenceResult, resolveResult } from '../../src/store/shared/replies.js'
 
-describe('replies of the server-side stores (src/store/replies.ts)', () => {
+describe('replies of the server-side stores (src/store/shared/replies.ts)', () => {
   test('a fence: accepted, the mark as an exact bigint, since and raised only when given', () => {
     expect(fenceResult({ accepted: true, highest: '9223372036854775807', since: '1700000000000', raised: true }))
       .toEqual({ accepted: true, highest: 9223372036854775807n, since: 1700000000000, raised: true })

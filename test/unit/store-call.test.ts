@@ -1,9 +1,9 @@
-// The closed check and StoreError wrapping every store uses (src/store/call.ts).
+// The closed check and StoreError wrapping every store uses (src/store/shared/call.ts).
 import { describe, expect, test } from 'vitest'
 import { closedError, storeCall, storeError } from '../../src/store/shared/call.js'
 import { StoreError } from '../../src/store/index.js'
 
-describe('store calls (src/store/call.ts)', () => {
+describe('store calls (src/store/shared/call.ts)', () => {
   test('after close: StoreError naming the operation, and the operation never runs', async () => {
     let ran = false
     const e = await storeCall('redis', 'claim', true, async () => { ran = true }).catch((x) => x)

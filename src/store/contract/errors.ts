@@ -3,6 +3,7 @@
  * become a StoreError (../shared/call.ts); the request path fails closed on them.
  */
 import { TracelessError } from '../../traceless-error.js'
+import type { StoreLimit } from '../../outcomes.js'
 
 /**
  * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or
@@ -27,8 +28,7 @@ export class StoreError extends TracelessError {
   }
 }
 
-/** Which limit a full store reached (the `limit` label of `fencegate_store_full_total`). */
-export type StoreLimit = 'max_records' | 'max_resources' | 'max_attempts' | 'disk'
+export type { StoreLimit }
 
 /**
  * The store holds as many unexpired entries as it may (the memory store's `store.maxRecords`,

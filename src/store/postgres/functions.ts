@@ -236,7 +236,7 @@ $fn$;
 `
 
 /** A release, as every settle batch (v1, v2, v3) runs it: the one body that gives a claim back. */
-export const releaseV1 = (s: string): string => `-- a release by the claim p_cid (src/store/record-state.ts decideRelease): while the record is in
+export const releaseV1 = (s: string): string => `-- a release by the claim p_cid (src/store/shared/record-state.ts decideRelease): while the record is in
 -- flight under p_cid, or is the unknown outcome (reason crash) that claim's own lapsed lease made
 -- (fg_claim_v1 keeps claim_id and lease_until then; a finish and this function write lease_until
 -- 0, a takeover another claim_id, a resolution another state), it deletes the record or puts

@@ -5,8 +5,9 @@
  * sqlite) get their results from record-state.ts directly.
  */
 import type { ClaimResult, FenceResult, ReleaseResult, ResolveResult, UnknownReason } from '../contract/store.js'
+import { UNKNOWN_REASONS } from '../../outcomes.js'
 
-const REASONS = new Set<string>(['timeout', 'reset', 'client_abort', 'crash'])
+const REASONS = new Set<string>(UNKNOWN_REASONS)
 
 /** A stored reason; anything else (missing, or written by a later version) reads as `crash`. */
 export const asReason = (s: string | null | undefined): UnknownReason =>
