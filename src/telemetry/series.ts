@@ -1,8 +1,8 @@
 /**
  * One label set of a prom-client counter or histogram, resolved once and then counted without
  * labels: prom-client's own children (`metric.labels(...)`) build, validate and hash their label
- * string on every call — about 1.5 µs an observation under load, and a request makes four to
- * six (bench/NOTES.md). A series here keeps the value prom-client stores for that label set and adds to
+ * string on every call, and a request makes four to six observations (figures in
+ * bench/NOTES.md). A series here keeps the value prom-client stores for that label set and adds to
  * it as prom-client's `observe`/`inc` would; exposition, `zero`, `reset` and exemplars stay
  * prom-client's. With tracing on, durations go through prom-client's `observe` instead (the
  * exemplar is attached there), see ./metrics.ts.

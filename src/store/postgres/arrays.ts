@@ -1,8 +1,7 @@
 /**
  * A batch's columns as PostgreSQL array literals (text input of `text[]`, `bigint[]`,
  * `boolean[]`, `bytea[]`; PostgreSQL docs §8.15.6), built in one pass here instead of by pg's
- * generic array conversion, which runs two regular-expression replaces per element (a call's
- * 11 columns: 0.4 µs here, 1.2 µs by pg, in a loop).
+ * generic array conversion, which runs two regular-expression replaces per element.
  */
 
 // an element needs its quotes and backslashes escaped only when it holds one (rare: keys, ids)

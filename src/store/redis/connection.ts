@@ -53,9 +53,8 @@ export function createClient(o: ClientOptions): Conn {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     // each command written when it is made: auto-pipelining (one write per turn for the commands
-    // of concurrent requests) cost more CPU than the writes it saves — a promise, a callback and
-    // a Pipeline entry per command; 45 against 33 µs for a new key's two calls, 50 in flight
-    // (bench/store-calls.ts), 0.93-0.96 of a new key's whole CPU under load (docs/performance.md)
+    // of concurrent requests) costs more CPU than the writes it saves — a promise, a callback and
+    // a Pipeline entry per command (bench/store-calls.ts; figures in bench/NOTES.md)
     enableAutoPipelining: false,
     connectTimeout: o.connectTimeoutMs,
     retryStrategy,
