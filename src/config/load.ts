@@ -12,6 +12,7 @@ import { configSchema, type Config } from './schema.js'
 import { crossFindings, type RouteParts } from './checks.js'
 import { salvage, type Parts } from './salvage.js'
 import { describeIssue } from './messages.js'
+import { resolveTlsPaths, tlsFileFindings } from '../tls/check.js'
 
 /** One mistake in a config: its YAML path (e.g. `routes[0].upstream.timeout`) and what is wrong. */
 export interface ConfigProblem {
@@ -163,6 +164,9 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
   if (parsed.success) {
     config = parsed.data
     for (const f of crossFindings({ listen: config.listen, adminListen: config.admin.listen, store: config.store, routes: config.routes.map((r, i) => [i, r]) })) add(f.path, f.message)
+    // the TLS files are read and parsed now, so a config that validates can be served (contract §5b)
+    resolveTlsPaths(config, dirname(resolve(file)))
+    for (const f of tlsFileFindings(config)) add(f.path, f.message)
   } else {
     for (const issue of parsed.error.issues) {
       for (const d of describeIssue(issue, data)) add(d.path, d.message, issue.code === 'unrecognized_keys')
