@@ -1,8 +1,8 @@
 /**
  * Loads a config file: YAML → `${ENV}` / `${ENV:-default}` interpolation in string values →
  * schema validation → checks across fields (./checks.ts: names, templates, shadowed routes,
- * listeners, upstream URLs), on every field that validated (./salvage.ts) → paths made relative
- * to the config file's folder. Every problem is reported in one pass, in the config's own terms
+ * listeners, upstream URLs), on every field that validated (./salvage.ts) → the TLS files read
+ * and parsed (src/tls/check.ts) → paths made relative to the config file's folder. Every problem is reported in one pass, in the config's own terms
  * (./messages.ts), each with its YAML path and line.
  */
 import { readFileSync } from 'node:fs'
@@ -12,7 +12,7 @@ import { configSchema, type Config } from './schema.js'
 import { crossFindings, type RouteParts } from './checks.js'
 import { salvage, type Parts } from './salvage.js'
 import { describeIssue } from './messages.js'
-import { resolveTlsPaths, tlsFileFindings } from '../tls/check.js'
+import { rawTlsBlocks, resolveTlsPaths, tlsFileFindings } from '../tls/check.js'
 
 /** One mistake in a config: its YAML path (e.g. `routes[0].upstream.timeout`) and what is wrong. */
 export interface ConfigProblem {
@@ -188,6 +188,7 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
     for (const f of crossFindings({ listen, adminListen: admin?.listen, store, routes })) {
       if (!seen.has(`${pathText(f.path)}: ${f.message}`)) add(f.path, f.message)
     }
+    for (const f of tlsFileFindings(rawTlsBlocks(raw, dirname(resolve(file))))) add(f.path, f.message)
   }
   if (problems.length || !config) {
     problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0))

@@ -5,6 +5,7 @@
  */
 import { isAbsolute, resolve } from 'node:path'
 import type { Config } from '../config/schema.js'
+import { listenerTls, storeTls, upstreamTls } from '../config/tls.js'
 import { loadTls, TlsFilesError, type TlsFiles } from './material.js'
 
 /** One TLS block: its YAML path as keys (`['routes', 0, 'upstream', 'tls']`) and as text, and its files. */
@@ -36,12 +37,35 @@ export function resolveTlsPaths(config: Config, base: string): void {
 }
 
 /**
- * Reads and checks every TLS file the config names.
+ * The TLS blocks of a config that did not validate as a whole: each block that validates on its
+ * own, its paths made absolute against `base`, so check-config reports the files' problems in
+ * the same pass as the rest.
+ */
+export function rawTlsBlocks(raw: unknown, base: string): TlsBlock[] {
+  const r = (raw ?? {}) as Record<string, any>
+  const out: TlsBlock[] = []
+  const add = (path: PropertyKey[], schema: typeof listenerTls | typeof upstreamTls | typeof storeTls, value: unknown) => {
+    if (value === undefined) return
+    const parsed = schema.safeParse(value)
+    if (!parsed.success) return
+    const files: TlsBlock['files'] = { ...parsed.data }
+    for (const k of FILE_KEYS) if (files[k] !== undefined && !isAbsolute(files[k]!)) files[k] = resolve(base, files[k]!)
+    out.push({ path, at: text(path), files })
+  }
+  add(['tls'], listenerTls, r.tls)
+  add(['admin', 'tls'], listenerTls, r.admin?.tls)
+  add(['store', 'tls'], storeTls, r.store?.tls)
+  if (Array.isArray(r.routes)) r.routes.forEach((route: any, i: number) => add(['routes', i, 'upstream', 'tls'], upstreamTls, route?.upstream?.tls))
+  return out
+}
+
+/**
+ * Reads and checks every TLS file of the blocks (default: the config's).
  * @returns one finding per problem, its path the YAML path of the key naming the file
  */
-export function tlsFileFindings(config: Config, now = Date.now()): { path: PropertyKey[]; message: string }[] {
+export function tlsFileFindings(config: Config | TlsBlock[], now = Date.now()): { path: PropertyKey[]; message: string }[] {
   const out: { path: PropertyKey[]; message: string }[] = []
-  for (const b of tlsBlocks(config)) {
+  for (const b of Array.isArray(config) ? config : tlsBlocks(config)) {
     try {
       loadTls(b.at, b.files, now)
     } catch (e) {
