@@ -1,5 +1,5 @@
 /**
- * HTTPS requests for the TLS tests, each on a new connection (node:https, no agent): the reply
+ * HTTPS requests for the TLS tests, each on a new connection unless an agent is given: the reply
  * as ./http.ts gives it, plus the serial number of the certificate the server presented and the
  * ALPN protocol agreed.
  */
@@ -23,9 +23,9 @@ export interface TlsClient {
   key?: string
 }
 
-export function httpsSend(url: string, client: TlsClient, opts: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<TlsReply> {
+export function httpsSend(url: string, client: TlsClient, opts: { method?: string; headers?: Record<string, string>; body?: string; agent?: https.Agent } = {}): Promise<TlsReply> {
   return new Promise((resolve, reject) => {
-    const req = https.request(url, { method: opts.method ?? 'GET', headers: opts.headers, ca: client.ca, cert: client.cert, key: client.key, agent: false, ALPNProtocols: ['http/1.1'] } as https.RequestOptions, (res) => {
+    const req = https.request(url, { method: opts.method ?? 'GET', headers: opts.headers, ca: client.ca, cert: client.cert, key: client.key, agent: opts.agent ?? false, ALPNProtocols: ['http/1.1'] } as https.RequestOptions, (res) => {
       const socket = res.socket as TLSSocket
       const serial = socket.getPeerCertificate().serialNumber
       const alpn = socket.alpnProtocol ?? false
