@@ -9,8 +9,10 @@
  *
  * A file that does not validate is refused and the running config kept; so is a file that
  * changes what only a restart can change (the store, the listen addresses, the listener
- * timeouts, the attempt log's queue and retention): the refusal names those keys. Either way it
- * is logged and counted in `fencegate_config_reloads_total{result}`.
+ * timeouts, the attempt log's queue and retention, TLS or client certificates turned on or off
+ * on a listener): the refusal names those keys. Either way it is logged and counted in
+ * `fencegate_config_reloads_total{result}`. The listeners' certificate files are read again
+ * (src/tls/listeners.ts); one that cannot be used refuses the reload the same way.
  */
 import type { Config } from './config/schema.js'
 import { ConfigError, formatProblem, loadConfig } from './config/load.js'

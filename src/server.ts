@@ -30,7 +30,7 @@ import { AuditQueue } from './audit/queue.js'
 import { watchUnknown } from './audit/unknown.js'
 
 export interface Running {
-  /** `http://host:port` of the proxy listener */
+  /** `http://host:port` of the proxy listener (`https://` with `tls`) */
   url: string
   adminUrl: string
   metrics: Metrics

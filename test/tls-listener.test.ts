@@ -1,9 +1,12 @@
 // Contract §5b, the listeners: the proxy serves HTTPS (HTTP/1.1, ALPN http/1.1) with `tls`, the
 // admin listener with `admin.tls`; `tls.clientCa` admits only clients presenting a certificate it
 // signed; a cleartext request on a TLS port is never served; X-Forwarded-Proto is https.
+import { rmSync } from 'node:fs'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
+import { parseConfig } from '../src/config/load.js'
 import { makePki, type Pki, type Pem } from './helpers/certs.js'
-import { startTestGateway, type TestGateway } from './helpers/gateway.js'
+import { gatewayConfig, startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { cleartext, httpsPost, httpsSend, type TlsClient } from './helpers/https.js'
 import { expectProblem, metric, send } from './helpers/http.js'
 import { startUpstream, headerValues, type Upstream } from './helpers/upstream.js'
@@ -134,4 +137,40 @@ test('a plain listener shows no expiry series', async () => {
   } finally {
     await gw.close()
   }
+})
+
+describe('reload, in process', () => {
+  let gw: TestGateway
+  let spec: (tls?: object) => string
+  beforeAll(async () => {
+    spec = (tls: object = { cert: server.cert, key: server.key }) => gatewayConfig({ tls: tls as { cert: string; key: string }, routes: [{ name: 'plain', path: '/plain/*', upstream: up.url }] })
+    gw = await startTestGateway(spec())
+  })
+  afterAll(async () => { await gw?.close() })
+
+  // the running config's own listen values (127.0.0.1:0) and file, so only TLS differs
+  const next = async (text: string) => parseConfig(text, join(gw.dir, 'fencegate.yaml'), {})
+
+  test('turning client certificates on, or TLS off, needs a restart: refused, named', async () => {
+    const withCa = await gw.reload(await next(spec({ cert: server.cert, key: server.key, clientCa: pki.ca.cert })))
+    expect(withCa).toMatchObject({ applied: false, reason: 'it changes tls.clientCa, which only a restart can change' })
+    const plain = await gw.reload(await next(gatewayConfig({ routes: [{ name: 'plain', path: '/plain/*', upstream: up.url }] })))
+    expect(plain).toMatchObject({ applied: false, reason: 'it changes tls, which only a restart can change' })
+    expect((plain as { problems: string[] }).problems[0]).toMatch(/^tls: changed, but a listener is created with or without TLS/)
+  })
+
+  test('new files applied to new connections; a file gone by the time it is read refuses the reload and keeps the running one', async () => {
+    const fresh = pki.issue('in-process-2')
+    expect(await gw.reload(await next(spec({ cert: fresh.cert, key: fresh.key })))).toEqual({ applied: true, routes: 1 })
+    expect((await httpsSend(`${gw.url}/plain/a`, trust)).serial).toBe(fresh.serial)
+    const gone = pki.issue('in-process-3')
+    const config = await next(spec({ cert: gone.cert, key: gone.key }))
+    rmSync(gone.key)
+    const refused = await gw.reload(config)
+    expect(refused).toEqual({ applied: false, reason: 'a TLS file cannot be used', problems: [`tls.key: cannot read ${gone.key}: no such file`] })
+    expect((await httpsSend(`${gw.url}/plain/b`, trust)).serial).toBe(fresh.serial)
+    const m = (await send(`${gw.adminUrl}/metrics`)).text
+    expect(metric(m, 'fencegate_config_reloads_total', { result: 'refused' })).toBe(3)
+    expect(gw.logs.some((l) => l.includes('config reload refused: a TLS file cannot be used'))).toBe(true)
+  })
 })
