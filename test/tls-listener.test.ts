@@ -90,6 +90,17 @@ describe('tls.clientCa', () => {
     expect(headerValues(up.last(), 'x-forwarded-proto')).toEqual(['https'])
   })
 
+  test('after a rotation: client certificates still required, ALPN still http/1.1, the new certificate served', async () => {
+    const fresh = pki.issue('server-rotated')
+    const text = gatewayConfig({ tls: { cert: fresh.cert, key: fresh.key, clientCa: pki.ca.cert }, routes: [{ name: 'plain', path: '/plain/*', upstream: up.url }] })
+    expect(await gw.reload(parseConfig(text, join(gw.dir, 'fencegate.yaml'), {}))).toEqual({ applied: true, routes: 1 })
+    await expect(httpsSend(`${gw.url}/plain/d`, trust)).rejects.toThrow()
+    const r = await httpsSend(`${gw.url}/plain/e`, { ...trust, cert: client.certPem, key: client.keyPem })
+    expect(r.status).toBe(201)
+    expect(r.serial).toBe(fresh.serial)
+    expect(r.alpn).toBe('http/1.1')
+  })
+
   test('a caller with a certificate another CA signed (self-signed) is refused', async () => {
     const before = up.seen.length
     const self = pki.selfSigned('self-client', { client: true })
