@@ -21,12 +21,15 @@
  */
 import cluster, { type Worker } from 'node:cluster'
 import type { Server } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
 import { createAdaptorServer } from '@hono/node-server'
 import { Counter, Registry, type Metric } from 'prom-client'
 import type { Config } from './config/schema.js'
 import { openGuardedStore, StateWatch, type RiskRefused } from './store/index.js'
 import { createAdmin, exposedAdmin } from './admin.js'
-import { nextConfig, type ReloadResult } from './reload.js'
+import { nextConfig, refuseReload, type ReloadResult } from './reload.js'
+import { listenerTls, prepareRotation, recordListenerExpiry } from './tls/listeners.js'
+import { TlsFilesError } from './tls/material.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
 import { listen, startGateway, type Running } from './server.js'
@@ -36,7 +39,7 @@ import { ClusterMetrics, serveWorkerMetrics } from './telemetry/worker-metrics.j
 
 const LISTENING = 'fencegate:listening'
 /** Metrics that describe a process rather than add up over workers: the primary reports them. */
-const PRIMARY_ONLY = new Set(['fencegate_build_info', 'fencegate_store_up', 'fencegate_config_reloads_total'])
+const PRIMARY_ONLY = new Set(['fencegate_build_info', 'fencegate_store_up', 'fencegate_config_reloads_total', 'fencegate_tls_certificate_expiry_seconds'])
 /** Why a worker exited, the `reason` label of `fencegate_worker_restarts_total`. */
 export const WORKER_EXITS = ['signal', 'error', 'exit'] as const
 const exitReason = (code: number | null, signal: string | null): typeof WORKER_EXITS[number] => signal ? 'signal' : code ? 'error' : 'exit'
@@ -97,7 +100,11 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
     }
     const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics: clusterMetrics, accepting: () => accepting && serving.size > 0, config: c, watch, storeSettings: opened.settings })
     let adminFetch = adminApp(config).fetch
-    admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
+    // the workers serve the proxy listener's TLS; the primary reads its files too, for the expiry gauge
+    const adminTls = listenerTls(config, 'admin')
+    admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env), ...(adminTls ? { createServer: createHttpsServer, serverOptions: adminTls.options } : {}) }) as Server
+    recordListenerExpiry(metrics, 'proxy', listenerTls(config, 'proxy'))
+    recordListenerExpiry(metrics, 'admin', adminTls)
     const adminUrl = await listen(admin, config.admin.listen)
     const exposed = exposedAdmin(config)
     if (exposed) log.warn(exposed, { admin: config.admin.listen })
@@ -105,6 +112,14 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
     const reload = async (next?: Config): Promise<ReloadResult> => {
       const checked = nextConfig(configFile, running, metrics, log, next)
       if ('refused' in checked) return checked.refused
+      try {
+        const proxyTls = listenerTls(checked.config, 'proxy')
+        prepareRotation(checked.config, { admin: adminTls && admin }, metrics)()
+        recordListenerExpiry(metrics, 'proxy', proxyTls)
+      } catch (e) {
+        if (e instanceof TlsFilesError) return refuseReload(configFile, metrics, log, 'a TLS file cannot be used', e.problems.map((p) => `${p.path}: ${p.message}`))
+        throw e
+      }
       running = checked.config
       adminFetch = adminApp(running).fetch
       log.setLevel?.(running.log.level)

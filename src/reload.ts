@@ -9,8 +9,10 @@
  *
  * A file that does not validate is refused and the running config kept; so is a file that
  * changes what only a restart can change (the store, the listen addresses, the listener
- * timeouts, the attempt log's queue and retention): the refusal names those keys. Either way it
- * is logged and counted in `fencegate_config_reloads_total{result}`.
+ * timeouts, the attempt log's queue and retention, TLS or client certificates turned on or off
+ * on a listener): the refusal names those keys. Either way it is logged and counted in
+ * `fencegate_config_reloads_total{result}`. The listeners' certificate files are read again
+ * (src/tls/listeners.ts); one that cannot be used refuses the reload the same way.
  */
 import type { Config } from './config/schema.js'
 import { ConfigError, formatProblem, loadConfig } from './config/load.js'
@@ -47,8 +49,16 @@ export function restartOnly(running: Config, next: Config): string[] {
       if (JSON.stringify((a as Record<string, unknown>)[k]) !== JSON.stringify((b as Record<string, unknown>)[k])) out.push(`${key}.${k}`)
     }
   }
+  // a listener's files are read again (rotation); turning TLS or client certificates on or off makes another server
+  for (const [path, a, b] of [['tls', running.tls, next.tls], ['admin.tls', running.admin.tls, next.admin.tls]] as const) {
+    if (!a !== !b) out.push(path)
+    else if (a && b && !a.clientCa !== !b.clientCa) out.push(`${path}.clientCa`)
+  }
   return out
 }
+
+/** Why a TLS path in restartOnly's answer needs a restart. */
+const TLS_RESTART = 'a listener is created with or without TLS and client certificates; a reload reads the files again but cannot turn either on or off'
 
 export type ReloadResult =
   | { applied: true; routes: number }
@@ -61,11 +71,7 @@ export type ReloadResult =
  * @returns the config to apply, or the refusal
  */
 export function nextConfig(file: string | undefined, running: Config, metrics: Metrics, log: Logger, next?: Config): { config: Config } | { refused: ReloadResult } {
-  const refuse = (reason: string, problems: string[]): { refused: ReloadResult } => {
-    metrics.configReloads.inc({ result: 'refused' })
-    log.error(`config reload refused: ${reason}; the running config stays`, { file, problems: problems.join('\n') })
-    return { refused: { applied: false, reason, problems } }
-  }
+  const refuse = (reason: string, problems: string[]) => ({ refused: refuseReload(file, metrics, log, reason, problems) })
   if (!next) {
     if (!file) return refuse('this gateway was not started from a config file', [])
     try {
@@ -77,8 +83,18 @@ export function nextConfig(file: string | undefined, running: Config, metrics: M
   }
   const blocked = restartOnly(running, next)
   if (blocked.length) {
-    const why = (p: string) => RESTART_ONLY.find(([k]) => p === k || p.startsWith(`${k}.`))?.[1] ?? ''
+    const why = (p: string) => /^(admin\.)?tls(\.|$)/.test(p) ? TLS_RESTART : RESTART_ONLY.find(([k]) => p === k || p.startsWith(`${k}.`))?.[1] ?? ''
     return refuse(`it changes ${blocked.join(', ')}, which only a restart can change`, blocked.map((p) => `${p}: changed, but ${why(p)}: restart the gateway to apply it`))
   }
   return { config: next }
+}
+
+/**
+ * Refuses a reload: logged, counted in `fencegate_config_reloads_total{result="refused"}`; the
+ * running config (and certificates) stay.
+ */
+export function refuseReload(file: string | undefined, metrics: Metrics, log: Logger, reason: string, problems: string[]): ReloadResult {
+  metrics.configReloads.inc({ result: 'refused' })
+  log.error(`config reload refused: ${reason}; the running config stays`, { file, problems: problems.join('\n') })
+  return { applied: false, reason, problems }
 }

@@ -8,6 +8,7 @@
  */
 import type { AddressInfo } from 'node:net'
 import { createServer, type Server } from 'node:http'
+import { createServer as createHttpsServer, type ServerOptions as TlsOptions } from 'node:https'
 import type { Pool } from 'undici'
 import type { Duplex } from 'node:stream'
 import { createAdaptorServer } from '@hono/node-server'
@@ -15,7 +16,9 @@ import type { Config } from './config/schema.js'
 import { createGateway, type Gateway } from './gateway.js'
 import { createAdmin, exposedAdmin } from './admin.js'
 import { openGuardedStore, StateWatch, type RiskRefused } from './store/index.js'
-import { nextConfig, type ReloadResult } from './reload.js'
+import { nextConfig, refuseReload, type ReloadResult } from './reload.js'
+import { listenerTls, prepareRotation, recordListenerExpiry, servesTls } from './tls/listeners.js'
+import { TlsFilesError } from './tls/material.js'
 import { hopelessUpload, onClientError, routingUrl, screened } from './front-door.js'
 import { refuse } from './refuse.js'
 import { closeUpstreams } from './forward/send.js'
@@ -26,7 +29,7 @@ import { AuditQueue } from './audit/queue.js'
 import { watchUnknown } from './audit/unknown.js'
 
 export interface Running {
-  /** `http://host:port` of the proxy listener */
+  /** `http://host:port` of the proxy listener (`https://` with `tls`) */
   url: string
   adminUrl: string
   metrics: Metrics
@@ -53,7 +56,7 @@ export function listen(server: Server, listenAt: string): Promise<string> {
     server.listen(port, host, () => {
       server.off('error', reject)
       const a = server.address() as AddressInfo
-      resolve(`http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
+      resolve(`${servesTls(server) ? 'https' : 'http'}://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`)
     })
   })
 }
@@ -98,9 +101,10 @@ const checkingInterval = (s: Config['server']): number =>
  * client timeouts. Each request is counted on the generation that admitted it until its
  * response has ended; `retire` is called when a replaced generation has none left.
  */
-function createProxyServer(config: Config, current: () => Generation, retire: (g: Generation) => void): Server {
+function createProxyServer(config: Config, current: () => Generation, retire: (g: Generation) => void, tls?: TlsOptions): Server {
   const s = config.server
-  const server = createServer({
+  const server = ((tls ? createHttpsServer : createServer) as typeof createServer)({
+    ...tls,
     headersTimeout: s.headersTimeout,
     requestTimeout: s.requestTimeout,
     connectionsCheckingInterval: checkingInterval(s),
@@ -161,11 +165,15 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   // replaced generations whose requests have not all ended yet: their pools close with the last one, or at shutdown
   const lingering = new Set<Generation>()
   const retire = (g: Generation) => { lingering.delete(g); closeUpstreams(g.pools).catch(() => {}) }
-  const server = createProxyServer(config, () => current, retire)
+  const proxyTls = listenerTls(config, 'proxy')
+  const adminTls = options.admin !== false ? listenerTls(config, 'admin') : undefined
+  const server = createProxyServer(config, () => current, retire, proxyTls?.options)
   refuseHopelessUploads(server, () => current)
   const adminApp = (c: Config) => createAdmin({ token: c.admin.token, store, metrics, accepting: () => accepting, config: c, watch, storeSettings })
   let adminFetch = adminApp(config).fetch
-  const admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env) }) as Server
+  const admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env), ...(adminTls ? { createServer: createHttpsServer, serverOptions: adminTls.options } : {}) }) as Server
+  recordListenerExpiry(metrics, 'proxy', proxyTls)
+  recordListenerExpiry(metrics, 'admin', adminTls)
   let url: string, adminUrl = ''
   try {
     url = await listen(server, config.listen)
@@ -186,6 +194,14 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     const checked = nextConfig(options.configFile, current.config, metrics, log, next)
     if ('refused' in checked) return checked.refused
     const c = checked.config
+    let rotate: () => void
+    try {
+      rotate = prepareRotation(c, { proxy: proxyTls && server, admin: adminTls && admin }, metrics)
+    } catch (e) {
+      if (e instanceof TlsFilesError) return refuseReload(options.configFile, metrics, log, 'a TLS file cannot be used', e.problems.map((p) => `${p.path}: ${p.message}`))
+      throw e
+    }
+    rotate()
     const previous = current
     current = generation(c) // new requests from here on; those in flight keep `previous`
     previous.retired = true

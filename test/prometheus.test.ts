@@ -18,6 +18,7 @@ import { expectProblem, post, send } from './helpers/http.js'
 import { requireBinary, promtool, startPrometheus, type Prometheus } from './helpers/prometheus.js'
 import { sleep, until } from './helpers/wait.js'
 import { STORE_OPS } from '../src/telemetry/metrics.js'
+import { makePki } from './helpers/certs.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const RULES = resolve(ROOT, 'config/alerts/fencegate.rules.yml')
@@ -29,6 +30,8 @@ const exporter = new InMemorySpanExporter()
 let tracing: Tracing
 let up: Upstream
 let gw: TestGateway
+/** a second gateway, its proxy listener serving HTTPS with a certificate 7 days from its end (FencegateTlsCertificateExpiry has data) */
+let tlsGw: TestGateway
 let prom: Prometheus
 /** /metrics of the fresh gateway, before any request */
 let fresh: string
@@ -50,9 +53,11 @@ beforeAll(async () => {
     ],
   })
   fresh = (await send(`${gw.adminUrl}/metrics`)).text
+  const soon = makePki().issue('expiring', { days: 7 })
+  tlsGw = await startTestGateway({ tls: { cert: soon.cert, key: soon.key }, store: { kind: 'sqlite', path: '@DIR@/fg.db' }, routes: [{ name: 'tls', path: '/tls/*', upstream: up.url }] })
   expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(200) // fencegate_store_up
   // the gateway's admin listener, and one that is down (the FencegateDown alert has data)
-  prom = await startPrometheus({ targets: [new URL(gw.adminUrl).host, new URL(await refusedUrl()).host], ruleFiles: [RULES] })
+  prom = await startPrometheus({ targets: [new URL(gw.adminUrl).host, new URL(await refusedUrl()).host, new URL(tlsGw.adminUrl).host], ruleFiles: [RULES] })
   // Prometheus holds the fresh gateway's zeros before the first request
   await untilPrometheus(async () => (await instant('fencegate_duplicate_forwards_total{route="retry"} == 0')).length === 1, 'Prometheus scraping the gateway\'s zeros')
   await traffic()
@@ -67,6 +72,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await prom?.close()
   await gw?.close()
+  await tlsGw?.close()
   await up?.close()
   await tracing?.shutdown()
 })
@@ -285,7 +291,7 @@ describe('against a real Prometheus', () => {
   })
 
   const RULE_NAMES = ['FencegateAuditDropped', 'FencegateDown', 'FencegateDuplicateForwards', 'FencegateGatewayErrors', 'FencegateStaleWriters',
-    'FencegateStoreErrors', 'FencegateStoreStateLost', 'FencegateStoreUnavailable', 'FencegateUnknownOutcomes', 'FencegateUnknownOutcomesUnresolved',
+    'FencegateStoreErrors', 'FencegateStoreStateLost', 'FencegateStoreUnavailable', 'FencegateTlsCertificateExpiry', 'FencegateUnknownOutcomes', 'FencegateUnknownOutcomesUnresolved',
     'FencegateUpstream5xxRatio', 'FencegateWritesOvertaken']
 
   test('every alert expression runs without error and, with this traffic, returns data', async () => {
@@ -335,6 +341,18 @@ describe('against a real Prometheus', () => {
     expect(state.FencegateDown).toMatch(/pending|firing/)
     // one store error is not an outage
     expect(state.FencegateStoreUnavailable).not.toBe('firing')
+  })
+
+  test('FencegateTlsCertificateExpiry fires for the proxy listener whose certificate ends in 7 days, and for nothing else', async () => {
+    const instance = new URL(tlsGw.adminUrl).host
+    await untilPrometheus(async () => {
+      const alerts: any[] = (await prom.api('/api/v1/alerts')).data.alerts
+      return alerts.some((a) => a.labels.alertname === 'FencegateTlsCertificateExpiry' && a.state === 'firing' && a.labels.listener === 'proxy' && a.labels.instance === instance)
+    }, 'FencegateTlsCertificateExpiry to fire')
+    const left = await instant('fencegate_tls_certificate_expiry_seconds')
+    expect(left.map((r) => ({ instance: r.metric.instance, listener: r.metric.listener }))).toEqual([{ instance, listener: 'proxy' }])
+    expect(Number(left[0].value[1])).toBeGreaterThan(6 * 86400)
+    expect(Number(left[0].value[1])).toBeLessThanOrEqual(7 * 86400)
   })
 
   test('Prometheus scrapes OpenMetrics and stores the trace_id exemplars of the duration histograms', async () => {

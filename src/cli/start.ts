@@ -11,6 +11,8 @@ import type { Config } from '../config/schema.js'
 import { RiskRefused, StoreError } from '../store/index.js'
 import { startGateway, type Running } from '../server.js'
 import { startPrimary, startWorker, workersRefusal } from '../cluster.js'
+import { TlsFilesError } from '../tls/material.js'
+import { notYetApplied } from '../tls/check.js'
 import { createLogger } from '../log.js'
 import { VERSION } from '../version.js'
 import { COMMANDS, type Values } from './commands.js'
@@ -78,6 +80,8 @@ export async function start(config: Config, file: string, values: Values): Promi
     await sample?.close()
     if (e instanceof RiskRefused) throw new Exit(2, 'config', [formatProblem(file, { path: 'store', message: `the ${config.store.kind} store's own settings break a guarantee outright, so the gateway does not start: ${e.message} (fencegate doctor --config ${file} lists every finding)` })])
     // memory and sqlite: a store that cannot be opened is a path or setting in the config
+    // a TLS file changed between the config's check and the listener's read
+    if (e instanceof TlsFilesError) throw new Exit(2, 'config', e.problems.map((p) => formatProblem(file, { path: p.path, message: p.message })))
     if (e instanceof StoreError) throw new Exit(2, 'config', [formatProblem(file, { path: config.store.kind === 'sqlite' ? 'store.path' : 'store', message: `the ${config.store.kind} store cannot be opened: ${e.message}` })])
     const err = e as NodeJS.ErrnoException
     if (err.code === 'EADDRINUSE' || err.code === 'EADDRNOTAVAIL' || err.code === 'EACCES') throw new Exit(2, 'config', [`${file}: listen: cannot listen (${err.code}): ${err.message}`])
@@ -88,6 +92,7 @@ export async function start(config: Config, file: string, values: Values): Promi
   if (sample) process.stdout.write(`sample payments service on ${sample.url}\n`)
   if (!cluster.isWorker) process.stdout.write(`fencegate ${VERSION} on ${running.url} (admin ${running.adminUrl}, store ${config.store.kind}${workers > 1 ? `, ${workers} workers` : ''})\n`)
   log.info('started', { url: running.url, admin: running.adminUrl, store: config.store.kind, routes: config.routes.length, ...(workers > 1 ? { workers, worker: cluster.worker?.id ?? 'primary' } : {}) })
+  if (!cluster.isWorker) for (const at of notYetApplied(config)) log.warn(`${at} is checked but not yet used by this version: the connection is made as without it`, { key: at })
   if (hupWhileStarting) hup()
   const r = running
   const stop = (signal: string) => {

@@ -1,8 +1,8 @@
 /**
  * Loads a config file: YAML → `${ENV}` / `${ENV:-default}` interpolation in string values →
  * schema validation → checks across fields (./checks.ts: names, templates, shadowed routes,
- * listeners, upstream URLs), on every field that validated (./salvage.ts) → paths made relative
- * to the config file's folder. Every problem is reported in one pass, in the config's own terms
+ * listeners, upstream URLs), on every field that validated (./salvage.ts) → the TLS files read
+ * and parsed (src/tls/check.ts) → paths made relative to the config file's folder. Every problem is reported in one pass, in the config's own terms
  * (./messages.ts), each with its YAML path and line.
  */
 import { readFileSync } from 'node:fs'
@@ -12,6 +12,7 @@ import { configSchema, type Config } from './schema.js'
 import { crossFindings, type RouteParts } from './checks.js'
 import { salvage, type Parts } from './salvage.js'
 import { describeIssue } from './messages.js'
+import { rawTlsBlocks, resolveTlsPaths, tlsFileFindings } from '../tls/check.js'
 
 /** One mistake in a config: its YAML path (e.g. `routes[0].upstream.timeout`) and what is wrong. */
 export interface ConfigProblem {
@@ -163,6 +164,9 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
   if (parsed.success) {
     config = parsed.data
     for (const f of crossFindings({ listen: config.listen, adminListen: config.admin.listen, store: config.store, routes: config.routes.map((r, i) => [i, r]) })) add(f.path, f.message)
+    // the TLS files are read and parsed now, so a config that validates can be served (contract §5b)
+    resolveTlsPaths(config, dirname(resolve(file)))
+    for (const f of tlsFileFindings(config)) add(f.path, f.message)
   } else {
     for (const issue of parsed.error.issues) {
       for (const d of describeIssue(issue, data)) add(d.path, d.message, issue.code === 'unrecognized_keys')
@@ -184,6 +188,7 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
     for (const f of crossFindings({ listen, adminListen: admin?.listen, store, routes })) {
       if (!seen.has(`${pathText(f.path)}: ${f.message}`)) add(f.path, f.message)
     }
+    for (const f of tlsFileFindings(rawTlsBlocks(raw, dirname(resolve(file))))) add(f.path, f.message)
   }
   if (problems.length || !config) {
     problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0))

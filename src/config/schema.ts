@@ -4,6 +4,7 @@
  */
 import { z } from 'zod'
 import { parseDuration, parseSize } from './units.js'
+import { listenerTls, storeTls, storeTlsIssues, upstreamTls } from './tls.js'
 
 // Timers in Node hold at most 2^31−1 ms; a wait longer than an hour is a mistake anyway.
 const HOUR = 3_600_000
@@ -103,6 +104,10 @@ const route = z.strictObject({
     timeout: duration('10s', HOUR),
     connectTimeout: duration('5s', HOUR),
     connections: z.number().int().min(1).max(4096).default(128),
+    /** contract §5b: the CA trusted for this upstream, the client certificate presented, the name checked */
+    tls: upstreamTls.optional(),
+  }).superRefine((u, ctx) => {
+    if (u.tls && u.url.startsWith('http:')) ctx.addIssue({ code: 'custom', path: ['tls'], message: `only with an https:// upstream: ${u.url} is cleartext, so there is no TLS to configure (write https://, or remove upstream.tls)` })
   }),
   /** a request body larger than this is answered 413 before anything is forwarded */
   maxRequestBytes: size('10MiB'),
@@ -119,8 +124,12 @@ const route = z.strictObject({
 
 export const configSchema = z.strictObject({
   listen: listen('127.0.0.1:8080'),
+  /** contract §5b: the proxy listener serves HTTPS (HTTP/1.1) with this certificate */
+  tls: listenerTls.optional(),
   admin: z.strictObject({
     listen: listen('127.0.0.1:9464'),
+    /** the admin listener serves HTTPS with this certificate */
+    tls: listenerTls.optional(),
     token: z.string().optional().transform((t) => (t ? t : undefined)),
     /** needed by the admin write actions (POST /resolve, POST /store/accept-loss); without it they answer 403 */
     writeToken: z.string().optional().transform((t) => (t ? t : undefined)),
@@ -184,7 +193,10 @@ export const configSchema = z.strictObject({
      * whatever it is; the gateway's own shows in Retry-After, supersededForMs and the attempt log.
      */
     maxClockOffset: duration('1s', HOUR),
+    /** redis (rediss://), postgres: the CA trusted for the store, the client certificate presented (contract §5b) */
+    tls: storeTls.optional(),
   }).superRefine((s, ctx) => {
+    for (const issue of storeTlsIssues(s)) ctx.addIssue({ code: 'custom', ...issue })
     s.acceptRisks.forEach((risk, i) => {
       const kind = risk === 'maxmemory-policy' ? 'redis' : 'memory'
       if (s.kind !== kind) ctx.addIssue({ code: 'custom', path: ['acceptRisks', i], message: risk === 'maxmemory-policy' ? `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` : `${risk} is a memory store limit: only with store.kind memory, not ${s.kind}` })

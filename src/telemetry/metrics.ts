@@ -24,6 +24,8 @@ import { counterSeries, histogramSeries } from './series.js'
 
 /** The `store` label: the configured store kind (contract §2). */
 type StoreKind = Config['store']['kind']
+/** Which certificate fencegate_tls_certificate_expiry_seconds is about: one of the three labels. */
+export type CertificateLabels = { listener: 'proxy' | 'admin' } | { route: string } | { store: StoreKind }
 
 // A proxy's latencies: from half a millisecond to the longest upstream timeout worth seeing.
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
@@ -146,6 +148,8 @@ export interface WindowSource {
  */
 export function createMetrics(version: string) {
   let windows: WindowSource | undefined
+  /** the notAfter (ms) of each certificate served or presented, by its labels' text */
+  const certificates = new Map<string, { labels: CertificateLabels; notAfter: number }>()
   const TimedHistogram = tracingOn() ? TracedHistogram : Histogram
   // OpenMetrics from the start: prom-client refuses exemplar metrics on a Prometheus registry
   const registry = new Registry<OpenMetricsContentType>()
@@ -188,10 +192,21 @@ export function createMetrics(version: string) {
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
     configReloads: new Counter({ name: 'fencegate_config_reloads_total', help: 'Config reloads asked for with SIGHUP: applied, or refused (the file does not validate, or changes what needs a restart) with the running config kept.', labelNames: ['result'] as const, registers: [registry] }),
+    tlsCertificateExpiry: new Gauge({ name: 'fencegate_tls_certificate_expiry_seconds', help: 'Seconds until the notAfter of the certificate served (listener="proxy" or "admin") or presented (route, store), as read at start-up or the last reload (contract §5b); negative once expired.', labelNames: ['listener', 'route', 'store'] as const, registers: [registry], aggregator: 'min',
+      collect() { for (const c of certificates.values()) this.set(c.labels, (c.notAfter - Date.now()) / 1000) } }),
   }
   m.buildInfo.set({ version }, 1)
   for (const reason of AUDIT_DROP_REASONS) m.auditDropped.inc({ reason }, 0)
   for (const result of RELOAD_RESULTS) m.configReloads.inc({ result }, 0)
+  /**
+   * The certificate a listener serves, or a route or the store presents, for
+   * fencegate_tls_certificate_expiry_seconds: one label set; `notAfter` undefined removes it.
+   */
+  const certificateExpiry = (labels: CertificateLabels, notAfter: Date | undefined) => {
+    const k = JSON.stringify(labels)
+    if (notAfter) certificates.set(k, { labels, notAfter: notAfter.getTime() })
+    else if (certificates.delete(k)) m.tlsCertificateExpiry.remove(labels)
+  }
   /** Lets the gauges above read the gateway's window tracker at scrape time. */
   const trackWindows = (source: WindowSource) => { windows = source }
   /** The store metrics of every op at 0 (contract §6). Safe to call again. */
@@ -254,7 +269,7 @@ export function createMetrics(version: string) {
     if (traced) m.requestDuration.observe({ route, outcome }, seconds)
     else ch.duration.observe(seconds)
   }
-  return { ...m, trackWindows, initStore, initRoute, recordRequest, activity, expose: exposition(registry) }
+  return { ...m, trackWindows, certificateExpiry, initStore, initRoute, recordRequest, activity, expose: exposition(registry) }
 }
 
 /**
