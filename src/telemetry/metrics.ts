@@ -45,7 +45,7 @@ export const RELOAD_RESULTS = ['applied', 'refused'] as const
  * counts. A new store operation belongs here too, or its first error is invisible to alerts
  * (test/dashboard.test.ts compares this list with guardStore's calls).
  */
-export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
+export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'take_probe', 'settle', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
 /** The methods a route without `match.methods` is counted under at start-up (the config's method list). */
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
 

@@ -59,6 +59,8 @@ export class Scripted implements Store {
   renew = unused
   resolve = unused
   unknowns = unused
+  takeProbe = unused
+  settle = unused
   olderRegistered = unused
   markers = unused
   acceptLoss = unused

@@ -40,6 +40,13 @@ export interface ClaimRequest {
    * reported as `unknown`
    */
   retryUnknown: boolean
+  /**
+   * `idempotency.settle` (contract §4a): the filled probe request, opaque text the gateway
+   * writes and reads (it holds the key). Kept with the record while it is in flight or unknown,
+   * dropped when it is completed, not stored, released, resolved or settled; absent on a route
+   * without settle.
+   */
+  probe?: string
 }
 
 /**
@@ -76,7 +83,42 @@ export interface UnknownRecord {
   leaseUntil: number
   /** when the record is forgotten and the key usable as new, epoch ms */
   expiresAt: number
+  /** the filled probe request its claim carried (`ClaimRequest.probe`); absent without settle */
+  probe?: string
+  /** how many probes were taken (`Store.takeProbe`); absent before the first */
+  probes?: number
+  /**
+   * when the next probe may be taken, epoch ms on the store's clock; absent before the first
+   * probe of a crashed holder's record (then due `afterMs` past `leaseUntil`)
+   */
+  nextProbe?: number
 }
+
+/**
+ * What `takeProbe` did:
+ * - `taken`: this caller sends probe number `probes` (the new count) with the record's `probe`
+ *   request; `abandoned` when the record was in flight past its lease and became unknown
+ *   (reason `crash`) with this call, counted once as a claim finding it would be;
+ * - `not_due`: nothing written — the record is not unknown (settled, resolved, taken over,
+ *   expired, never claimed), holds no probe, its next probe is not due yet, or another caller
+ *   took probe `seen + 1` first.
+ */
+export type ProbeTake =
+  | { kind: 'taken'; probe: string; probes: number; reason: UnknownReason; abandoned?: true }
+  | { kind: 'not_due' }
+
+/** What a probe's answer says of the first attempt (contract §4a `applied` / `notApplied`). */
+export type Settlement =
+  | { kind: 'applied'; response: StoredResponse }
+  | { kind: 'not_applied' }
+
+/**
+ * What `settle` did: `settled` — the record was unknown with the probe count given and is now
+ * completed with the probe's response (`applied`) or deleted (`not_applied`); `moved` — left
+ * alone: the record is no longer that unknown outcome (an operator resolved it, a retry took it
+ * over, a later probe was taken, it expired).
+ */
+export type SettleResult = { kind: 'settled'; reason: UnknownReason } | { kind: 'moved' }
 
 /** What an operator declares about an attempt whose outcome is unknown (`fencegate resolve`). */
 export type Resolution = 'completed' | 'failed'
@@ -107,8 +149,37 @@ export type ResolveResult =
  */
 export type ReleaseResult = { kind: 'released' | 'restored'; lapsed?: true } | { kind: 'not_held' }
 
-/** How an attempt ended, written with `finish`. */
+/**
+ * How an attempt ended, written with `finish`. `unknown.probeInMs` (`idempotency.settle`): the
+ * record's first probe is due this long after `finish`, on the store's clock.
+ */
 export type Completion =
   | { kind: 'completed'; response: StoredResponse }
   | { kind: 'not_stored'; status: number }
-  | { kind: 'unknown'; reason: UnknownReason }
+  | { kind: 'unknown'; reason: UnknownReason; probeInMs?: number }
+
+/** The store operations of `idempotency.settle` (contract §4a), part of `Store` (./store.ts). */
+export interface SettleStore {
+  /**
+   * `idempotency.settle` (contract §4a): take the next probe of an unknown outcome, atomically
+   * with reading the record. Taken when the record is unknown — finished as unknown, or in
+   * flight past its lease (it becomes unknown, reason `crash`, as a claim finding it would make
+   * it) — holds a probe, `seen` probes were taken so far, and the next is due: at `nextProbe`
+   * when one was set (by `finish`'s `probeInMs` or an earlier take), else `afterMs` past the
+   * lapsed lease. Then the count becomes `seen + 1` and the next probe is due `nextInMs` from
+   * now on the store's clock: that is also this probe's own lease, so no other gateway probes
+   * the key before it (choose it above the upstream timeout).
+   * @returns see ProbeTake
+   * @throws StoreError when the store cannot answer, or after `close()`
+   */
+  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake>
+  /**
+   * Settle an unknown outcome by the answer to probe number `probes`, atomically with reading
+   * the record: only while it is still unknown with that probe count (an operator's `resolve`,
+   * a retry's takeover or a later probe wins). `applied`: completed with the probe's response,
+   * kept `ttlMs` from `now`, replayed as any completed record; `not_applied`: deleted, the key's
+   * next attempt is a first attempt.
+   * @throws StoreError when the store cannot answer, or after `close()`
+   */
+  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult>
+}

@@ -37,19 +37,19 @@ import type { WriteSequence } from '../state-loss/sequence.js'
 import type { LossNote } from '../state-loss/note.js'
 
 import type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
-import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, UnknownRecord } from './records.js'
+import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, SettleStore, UnknownRecord } from './records.js'
 import type { StoreKind } from './kind.js'
 
 // the shapes the interface speaks in, one module per side, imported from here
 export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
-export type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './records.js'
+export type { ClaimRequest, ClaimResult, Completion, ProbeTake, RecordKey, SettleStore, ReleaseResult, Resolution, ResolveResult, Settlement, SettleResult, StoredResponse, UnknownRecord } from './records.js'
 export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 /** Why the outcome of a forwarded request is unknown (contract §6 `reason`), shared with the request's facts. */
 export type { UnknownReason }
 
 export type { StoreKind }
 
-export interface Store {
+export interface Store extends SettleStore {
   readonly kind: StoreKind
   /**
    * True only for the memory store (MemoryStore sets it; SqliteStore and the stand-in of ../runtime/late.ts

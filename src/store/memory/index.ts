@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto'
 import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from '../shared/record-state.js'
 import { recordId } from '../shared/record-state.js'
 import { closedError, storeError } from '../shared/call.js'
-import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreError, StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import { MemoryAuditLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
 import { RecordTable } from './records.js'
@@ -178,6 +178,15 @@ export class MemoryStore implements Store {
       else if (write) this.#records.put(id, write, 0, 'release')
       return result
     })
+  }
+
+  // TODO(settle): the engine's takeProbe and settle (contract §4a)
+  takeProbe(_key: RecordKey, _p: { seen: number; afterMs: number; nextInMs: number }, _now: number): Promise<ProbeTake> {
+    return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe'))
+  }
+
+  settle(_key: RecordKey, _probes: number, _as: Settlement, _ttlMs: number, _now: number): Promise<SettleResult> {
+    return Promise.reject(new StoreError('settle is not built on this store yet', 'settle'))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {

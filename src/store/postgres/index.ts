@@ -30,7 +30,7 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type Resolution, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
@@ -225,6 +225,10 @@ export class PostgresStore implements Store {
   renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
     return this.#run('renew', () => renew(this.#pool, this.#q, key, claimId, leaseMs, this.#now(now)))
   }
+
+  // TODO(settle): the engine's takeProbe and settle (contract §4a)
+  takeProbe(): Promise<ProbeTake> { return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe')) }
+  settle(): Promise<SettleResult> { return Promise.reject(new StoreError('settle is not built on this store yet', 'settle')) }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', () => resolve(this.#write, this.#q, key, as, ttlMs, this.#now(now)))

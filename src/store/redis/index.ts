@@ -21,7 +21,7 @@
  * and here the `Store` operations, which put those together.
  */
 import { storeCall } from '../shared/call.js'
-import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type ProbeTake, type Resolution, type SettleResult, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
 import { StoreClock } from '../shared/clock.js'
@@ -243,6 +243,10 @@ export class RedisStore implements Store {
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#run('release', () => release(this.#ops, key, claimId))
   }
+
+  // TODO(settle): the engine's takeProbe and settle (contract §4a)
+  takeProbe(): Promise<ProbeTake> { return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe')) }
+  settle(): Promise<SettleResult> { return Promise.reject(new StoreError('settle is not built on this store yet', 'settle')) }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now))

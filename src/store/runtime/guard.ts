@@ -148,6 +148,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     }),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
+    takeProbe: (key, p, now) => call('take_probe', () => inner.takeProbe(key, p, now)),
+    settle: (key, probes, as, ttlMs, now) => call('settle', () => inner.settle(key, probes, as, ttlMs, now)),
     // a registration a slow store makes after the request gave up on it is ended at once: it would
     // hold newer tokens of its resource back until its deadline
     register: (resource, token, id, deadline, now) => {

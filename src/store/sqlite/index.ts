@@ -28,7 +28,7 @@
 import type { Database as Db } from 'better-sqlite3'
 import { recordId } from '../shared/record-state.js'
 import { storeCall } from '../shared/call.js'
-import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Store, UnknownRecord } from '../contract/store.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type OlderWrites, type ProbeTake, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type Settlement, type SettleResult, type Store, type UnknownRecord } from '../contract/store.js'
 import { busyWhy, retryWhileBusy } from './busy.js'
 import { openFile } from './file.js'
 import { GroupCommit } from './group-commit.js'
@@ -193,6 +193,15 @@ export class SqliteStore implements Store {
 
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#write('release', () => this.#ops.release(recordId(key), claimId))
+  }
+
+  // TODO(settle): the engine's takeProbe and settle (contract §4a)
+  takeProbe(_key: RecordKey, _p: { seen: number; afterMs: number; nextInMs: number }, _now: number): Promise<ProbeTake> {
+    return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe'))
+  }
+
+  settle(_key: RecordKey, _probes: number, _as: Settlement, _ttlMs: number, _now: number): Promise<SettleResult> {
+    return Promise.reject(new StoreError('settle is not built on this store yet', 'settle'))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
