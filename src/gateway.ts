@@ -24,6 +24,7 @@ import { startServerSpan, traceFields } from './telemetry/tracing.js'
 import type { Fields, Logger } from './log.js'
 import { WindowTracker } from './fencing/index.js'
 import { createUpstream } from './forward/send.js'
+import { recordUpstreamExpiry, routesTls, type UpstreamTls } from './tls/upstream.js'
 import { routeHandler, type RouteHandler } from './request-path.js'
 import type { AuditQueue } from './audit/queue.js'
 import { attemptEntry } from './audit/entry.js'
@@ -134,8 +135,10 @@ function accessFields(e: AuditEntry, incoming: IncomingMessage, publicUrl?: stri
 /**
  * The gateway of one config: its routes, their upstream pools, the request handling.
  * @param audit the attempt log's writer; none: nothing is audited
+ * @param upstreamTls every route's upstream TLS, read (src/tls/upstream.ts `routesTls`); default read here
+ * @throws TlsFilesError when a route's upstream TLS file cannot be used (only when `upstreamTls` is not given)
  */
-export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue, watch?: StateWatch): Gateway {
+export function createGateway(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: AuditQueue, watch?: StateWatch, upstreamTls: (UpstreamTls | undefined)[] = routesTls(config)): Gateway {
   const table = new RouteTable<{ route: CompiledRoute; handle: RouteHandler }>()
   const pools: Pool[] = []
   const windows = new WindowTracker() // per process: fencing's requests between check and end, by resource
@@ -144,10 +147,11 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   /** with admin.publicUrl, a refusal names the audit view's timeline of its key or resource, where operators can reach it */
   const refusing: Refusing = { idHeader, publicUrl: config.admin.publicUrl }
   const plain: Refusing = { idHeader }
-  for (const rc of config.routes) {
+  for (const [i, rc] of config.routes.entries()) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
-    const pool = createUpstream(route)
+    const pool = createUpstream(route, upstreamTls[i])
+    recordUpstreamExpiry(metrics, rc.name, upstreamTls[i])
     pools.push(pool)
     const context: RouteContext = { route, store, metrics, log, windows, pool, traceFields: traceFields(), watch, refusing }
     table.add(rc.match.methods, rc.match.path, { route, handle: routeHandler(context) })

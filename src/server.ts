@@ -19,6 +19,7 @@ import { openGuardedStore, StateWatch, type RiskRefused } from './store/index.js
 import { nextConfig, refuseReload, type ReloadResult } from './reload.js'
 import { listenerTls, prepareRotation, recordListenerExpiry, servesTls } from './tls/listeners.js'
 import { TlsFilesError } from './tls/material.js'
+import { recordUpstreamExpiry, routesTls, type UpstreamTls } from './tls/upstream.js'
 import { hopelessUpload, onClientError, routingUrl, screened } from './front-door.js'
 import { refuse } from './refuse.js'
 import { closeUpstreams } from './forward/send.js'
@@ -156,8 +157,8 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   let stopUnknown = watchUnknown(config, store, metrics, log)
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
 
-  const generation = (c: Config): Generation => {
-    const { handle, pools } = createGateway(c, store, metrics, log, audit, watch)
+  const generation = (c: Config, upstreamTls?: (UpstreamTls | undefined)[]): Generation => {
+    const { handle, pools } = createGateway(c, store, metrics, log, audit, watch, upstreamTls)
     const idHeader = c.log.requestIdHeader.toLowerCase()
     return { config: c, handle, pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
   }
@@ -195,15 +196,19 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     if ('refused' in checked) return checked.refused
     const c = checked.config
     let rotate: () => void
+    let upstreamTls: (UpstreamTls | undefined)[]
     try {
       rotate = prepareRotation(c, { proxy: proxyTls && server, admin: adminTls && admin }, metrics)
+      // every route gets a new pool (below), so its upstream TLS files are read again here
+      upstreamTls = routesTls(c)
     } catch (e) {
       if (e instanceof TlsFilesError) return refuseReload(options.configFile, metrics, log, 'a TLS file cannot be used', e.problems.map((p) => `${p.path}: ${p.message}`))
       throw e
     }
     rotate()
     const previous = current
-    current = generation(c) // new requests from here on; those in flight keep `previous`
+    current = generation(c, upstreamTls) // new requests from here on; those in flight keep `previous`
+    for (const r of previous.config.routes) if (!c.routes.some((n) => n.name === r.name)) recordUpstreamExpiry(metrics, r.name, undefined)
     previous.retired = true
     if (previous.active === 0) retire(previous)
     else lingering.add(previous)

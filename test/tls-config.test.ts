@@ -154,18 +154,3 @@ describe('fencegate check-config', () => {
     expect(lines).toContain(`${r.file}:9: routes[0].upstream.tls: only with an https:// upstream: http://127.0.0.1:9090 is cleartext, so there is no TLS to configure (write https://, or remove upstream.tls)`)
   })
 })
-
-test('start-up warns that routes[].upstream.tls and store.tls are checked but not yet used', async () => {
-  const dir = tempDir('fg-tls-warn-')
-  const file = join(dir, 'fencegate.yaml')
-  const port = await freePort()
-  const admin = await freePort()
-  writeFileSync(file, yaml(`listen: 127.0.0.1:${port}\nadmin: { listen: 127.0.0.1:${admin} }\nstore: { kind: sqlite, path: ${join(dir, 'fg.db')} }`,
-    `      url: https://127.0.0.1:9443\n      tls: { ca: ${pki.ca.cert} }\n`))
-  const gw = await spawnGateway(file, port, admin, join(dir, 'gw.log'))
-  try {
-    expect(gw.log()).toContain('routes[0].upstream.tls is checked but not yet used by this version')
-  } finally {
-    await gw.stop()
-  }
-})

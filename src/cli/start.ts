@@ -12,7 +12,6 @@ import { RiskRefused, StoreError } from '../store/index.js'
 import { startGateway, type Running } from '../server.js'
 import { startPrimary, startWorker, workersRefusal } from '../cluster.js'
 import { TlsFilesError } from '../tls/material.js'
-import { notYetApplied } from '../tls/check.js'
 import { createLogger } from '../log.js'
 import { VERSION } from '../version.js'
 import { COMMANDS, type Values } from './commands.js'
@@ -92,7 +91,6 @@ export async function start(config: Config, file: string, values: Values): Promi
   if (sample) process.stdout.write(`sample payments service on ${sample.url}\n`)
   if (!cluster.isWorker) process.stdout.write(`fencegate ${VERSION} on ${running.url} (admin ${running.adminUrl}, store ${config.store.kind}${workers > 1 ? `, ${workers} workers` : ''})\n`)
   log.info('started', { url: running.url, admin: running.adminUrl, store: config.store.kind, routes: config.routes.length, ...(workers > 1 ? { workers, worker: cluster.worker?.id ?? 'primary' } : {}) })
-  if (!cluster.isWorker) for (const at of notYetApplied(config)) log.warn(`${at} is checked but not yet used by this version: the connection is made as without it`, { key: at })
   if (hupWhileStarting) hup()
   const r = running
   const stop = (signal: string) => {

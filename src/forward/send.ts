@@ -24,6 +24,8 @@ import { UpstreamCall } from './upstream-call.js'
 import { requestHeaders, responseHeaders } from './headers.js'
 import { startClientSpan, tracingOn, type ClientTrace } from '../telemetry/tracing.js'
 import { histogramSeries } from '../telemetry/series.js'
+import { tlsReason } from '../tls/reasons.js'
+import { upstreamConnector, type UpstreamConnector, type UpstreamTls } from '../tls/upstream.js'
 
 // Errors raised before any byte of the request could reach the upstream.
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT'])
@@ -78,19 +80,29 @@ const originForm = (target: string): string => {
   try { const u = new URL(target); return `${u.pathname}${u.search}` } catch { return target }
 }
 
-/** One undici Pool for a route's upstream; close them with `closeUpstreams`. */
-export function createUpstream(route: CompiledRoute): Pool {
+/**
+ * One undici Pool for a route's upstream; close them with `closeUpstreams`. `tls`: the route's
+ * upstream TLS (src/tls/upstream.ts), read by the caller so a file that cannot be used is found
+ * before any pool is made.
+ */
+export function createUpstream(route: CompiledRoute, tls?: UpstreamTls): Pool {
   const u = route.config.upstream
-  return new Pool(new URL(u.url).origin, {
+  const connector = tls && upstreamConnector(tls, u.connectTimeout)
+  const pool = new Pool(new URL(u.url).origin, {
     connections: u.connections,
-    connect: { timeout: u.connectTimeout },
+    connect: connector?.connect ?? { timeout: u.connectTimeout },
     // the exchange keeps its own millisecond timers (./upstream-call.ts): undici's are ~0.5 s coarse
     headersTimeout: 0,
     bodyTimeout: 0,
     keepAliveTimeout: 4_000,
     pipelining: 1,
   })
+  if (connector) refusals.set(pool, connector.refusal)
+  return pool
 }
+
+/** Each TLS pool's look-up of the alert an upstream refused a handshake with (src/tls/upstream.ts). */
+const refusals = new WeakMap<Pool, UpstreamConnector['refusal']>()
 
 /** Closes every upstream pool, letting requests in flight finish. */
 export async function closeUpstreams(pools: Iterable<Pool>): Promise<void> {
@@ -199,8 +211,13 @@ export class Upstream {
     }
     // the client left while undici was still connecting or queued: nothing reached the upstream
     if (!call.sent && call.aborted) return this.#clientLeft(x, false)
-    if (!call.sent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '')) {
-      return { kind: 'failed', sent: false, problem: new Problem('upstream-unavailable', `The upstream ${this.#url.origin} could not be reached (${err.code ?? err.message}); nothing was sent, so retrying is safe.`) }
+    // a peer that refused the handshake (our client certificate) read no request: with TLS 1.3
+    // the request may already be written when its alert comes, but it was never taken
+    const refused = refusals.get(this.#pool)?.(err)
+    const tls = tlsReason(refused ?? err)
+    if (!call.sent || NOT_SENT.has(err.code ?? '') || NOT_SENT.has((err as { cause?: { code?: string } }).cause?.code ?? '') || refused) {
+      const why = tls ? `over TLS: ${tls}` : `(${err.code ?? err.message})`
+      return { kind: 'failed', sent: false, problem: new Problem('upstream-unavailable', `The upstream ${this.#url.origin} could not be reached ${why}; nothing was sent, so retrying is safe.`) }
     }
     const reason: UnknownReason = call.timedOut ? 'timeout' : call.aborted ? 'client_abort' : err instanceof undiciErrors.HeadersTimeoutError ? 'timeout' : 'reset'
     this.#unknown(f, reason)

@@ -75,11 +75,3 @@ export function tlsFileFindings(config: Config | TlsBlock[], now = Date.now()): 
   }
   return out
 }
-
-/**
- * The YAML paths of TLS blocks this version checks but does not yet use for a connection
- * (`routes[].upstream.tls`, `store.tls`): start-up warns about each, so no one takes a checked
- * block for a TLS link.
- */
-export const notYetApplied = (config: Config): string[] =>
-  tlsBlocks(config).filter((b) => b.path[0] === 'routes' || b.path[0] === 'store').map((b) => b.at)

@@ -47,3 +47,19 @@ export function tlsReason(error: unknown): string | undefined {
   }
   return undefined
 }
+
+/** The alerts a TLS server sends while it refuses the handshake over the client's certificate. */
+const HANDSHAKE_REFUSAL = /ALERT_(CERTIFICATE_REQUIRED|BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|ACCESS_DENIED|CERTIFICATE_EXPIRED|CERTIFICATE_REVOKED)$/
+
+/**
+ * Whether the peer refused the TLS handshake over the client certificate. With TLS 1.3 the
+ * client's handshake ends before the server has checked its certificate, so undici may have
+ * written the request when the server's alert arrives; a server that refused the handshake read
+ * none of it (no early data is offered), so the request counts as not sent.
+ */
+export function handshakeRefused(error: unknown): boolean {
+  for (let e = error as (Error & { code?: string; cause?: unknown }) | undefined, depth = 0; e && depth < 5; e = e.cause as typeof e, depth++) {
+    if (e.code?.startsWith('ERR_SSL_') && HANDSHAKE_REFUSAL.test(e.code)) return true
+  }
+  return false
+}

@@ -7,9 +7,11 @@
 import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import type { ConnectionOptions } from 'node:tls'
-import type { RouteConfig } from '../config/schema.js'
+import { buildConnector } from 'undici'
+import { handshakeRefused } from './reasons.js'
+import type { Config, RouteConfig } from '../config/schema.js'
 import type { Metrics } from '../telemetry/metrics.js'
-import { contextOptions, loadTls, type TlsMaterial } from './material.js'
+import { contextOptions, loadTls, TlsFilesError, type TlsMaterial } from './material.js'
 import { notAfter } from './pem.js'
 
 /** What a route's Pool is made with: undici `connect` TLS options, and what they were read from. */
@@ -45,7 +47,66 @@ export function upstreamTls(route: RouteConfig, i: number): UpstreamTls | undefi
   return { connect, material, fingerprint }
 }
 
+/**
+ * Every route's upstream TLS, in route order (undefined for a route without it): read before a
+ * generation is built, so a reload whose files cannot be used is refused before anything changes.
+ * @throws TlsFilesError listing the problems of every route, each with its YAML path
+ */
+export function routesTls(config: Config): (UpstreamTls | undefined)[] {
+  const problems: TlsFilesError['problems'] = []
+  const out = config.routes.map((r, i) => {
+    try {
+      return upstreamTls(r, i)
+    } catch (e) {
+      if (!(e instanceof TlsFilesError)) throw e
+      problems.push(...e.problems)
+      return undefined
+    }
+  })
+  if (problems.length) throw new TlsFilesError(problems)
+  return out
+}
+
 /** fencegate_tls_certificate_expiry_seconds{route}: the client certificate a route presents (removed when none). */
 export function recordUpstreamExpiry(metrics: Pick<Metrics, 'certificateExpiry'>, route: string, tls: UpstreamTls | undefined): void {
   metrics.certificateExpiry({ route }, tls?.material.leaf ? notAfter(tls.material.leaf) : undefined)
+}
+
+/** A route's undici `connect` with upstream TLS, and what it learnt of refused handshakes. */
+export interface UpstreamConnector {
+  connect: buildConnector.connector
+  /**
+   * The TLS alert with which the upstream refused the handshake of the connection `error` came
+   * from (undici's SocketError names it by its local port), or undefined.
+   */
+  refusal(error: unknown): Error | undefined
+}
+
+/**
+ * undici's connector with the route's TLS options, keeping the alert a server refused our client
+ * certificate with: with TLS 1.3 the client's side of the handshake ends first, undici writes
+ * the request, and the alert that follows reaches the caller only as "other side closed". Kept
+ * a few seconds per connection, enough for the failed request to read it.
+ * @param timeoutMs `upstream.connectTimeout`
+ */
+export function upstreamConnector(tls: UpstreamTls, timeoutMs: number): UpstreamConnector {
+  const build = buildConnector({ ...tls.connect, timeout: timeoutMs } as buildConnector.BuildOptions)
+  const alerts = new Map<number, Error>()
+  const connect: buildConnector.connector = (options, callback) => build(options, (err, socket) => {
+    if (socket) {
+      const port = socket.localPort
+      socket.once('error', (e: Error) => {
+        if (port === undefined || !handshakeRefused(e)) return
+        alerts.set(port, e)
+        setTimeout(() => alerts.delete(port), 5000).unref()
+      })
+    }
+    // undici's callback type splits the two cases; one call passes either
+    ;(callback as (e: Error | null, s: typeof socket) => void)(err, socket)
+  })
+  const refusal = (error: unknown): Error | undefined => {
+    const port = (error as { socket?: { localPort?: number } } | undefined)?.socket?.localPort
+    return port === undefined ? undefined : alerts.get(port)
+  }
+  return { connect, refusal }
 }
