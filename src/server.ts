@@ -20,6 +20,7 @@ import { nextConfig, refuseReload, type ReloadResult } from './reload.js'
 import { listenerTls, prepareRotation, recordListenerExpiry, servesTls } from './tls/listeners.js'
 import { TlsFilesError } from './tls/material.js'
 import { recordUpstreamExpiry, routesTls, type UpstreamTls } from './tls/upstream.js'
+import { recordStoreExpiry, storeTlsMaterial } from './tls/store.js'
 import { hopelessUpload, onClientError, routingUrl, screened } from './front-door.js'
 import { refuse } from './refuse.js'
 import { closeUpstreams } from './forward/send.js'
@@ -175,6 +176,8 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env), ...(adminTls ? { createServer: createHttpsServer, serverOptions: adminTls.options } : {}) }) as Server
   recordListenerExpiry(metrics, 'proxy', proxyTls)
   recordListenerExpiry(metrics, 'admin', adminTls)
+  // the store's client certificate: read once, as the store connection is opened once (restart to rotate)
+  recordStoreExpiry(metrics, config.store, storeTlsMaterial(config.store))
   let url: string, adminUrl = ''
   try {
     url = await listen(server, config.listen)

@@ -37,6 +37,9 @@ export { SqliteStore, type SqliteStoreOptions } from './sqlite/index.js'
 export { RedisStore, type RedisStoreOptions } from './redis/index.js'
 export { PostgresStore, migratePostgres, type PostgresStoreOptions } from './postgres/index.js'
 
+// store.tls as the clients take it
+export { pgConnection, redisTls, storeTlsOptions, type RedisTls } from './shared/tls.js'
+
 // a store gone back in time
 export { StoreWentBack, WriteSequence, type LossSignal } from './state-loss/sequence.js'
 export { describeNote, type LossNote } from './state-loss/note.js'

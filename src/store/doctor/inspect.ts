@@ -20,6 +20,7 @@
  * `maxmemory-policy`, which forgets high-water marks or records when memory fills — is
  * `blocking`: the gateway refuses to start unless `store.acceptRisks` names it.
  */
+import { tlsFinding } from './tls.js'
 import type { Config } from '../../config/schema.js'
 import type { Logger } from '../../log.js'
 import type { Store } from '../contract/store.js'
@@ -70,6 +71,8 @@ export async function inspectStore(config: Config['store'], store?: Store): Prom
       break
     }
   }
+  const tls = tlsFinding(config)
+  if (tls) findings.push(tls)
   // the running gateway's own measurement; `fencegate doctor` measures once itself
   findings.push(await clockFinding(config, store, READ_TIMEOUT_MS))
   // redis and postgres: the probe read the loss note on its own connection

@@ -90,7 +90,7 @@ export class PostgresStore implements Store {
     if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw new TypeError('options.statementTimeoutMs must be a positive integer')
     this.#schema = quoted(schema)
     this.#q = queries(this.#schema)
-    this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs }, () => {})
+    this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs, tls: options.tls }, () => {})
     this.sequence = options.sequence ?? new WriteSequence()
     this.#timeline = new Timeline((options.replicas ?? 0) === 0, this.sequence)
     const sequenced = sequencedQuery(this.#pool, quoted(schema), this.sequence, this.#timeline)

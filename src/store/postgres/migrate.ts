@@ -2,7 +2,9 @@
  * The PostgreSQL store's schema, made or brought up to date: `fencegate migrate`, and start-up
  * unless `store.migrate: false`.
  */
+import type { ConnectionOptions } from 'node:tls'
 import pg from 'pg'
+import { pgConnection } from '../shared/tls.js'
 import { randomUUID } from 'node:crypto'
 import { StoreError } from '../contract/store.js'
 import { queries, type Queries } from './queries.js'
@@ -23,15 +25,15 @@ export const quoted = (schema: string): string => {
 /**
  * Creates or updates the schema (idempotent; replicas may run it at once: an advisory lock
  * serialises them).
- * @param options.url postgres:// URL; `schema` default "public"; `connectTimeoutMs` default 5000
+ * @param options.url postgres:// URL; `schema` default "public"; `connectTimeoutMs` default 5000; `tls` store.tls's node:tls options
  * @returns the schema and its epoch (written the first time, then kept)
  * @throws StoreError when the database cannot be reached or refuses
  */
-export async function migratePostgres(options: { url: string; schema?: string; connectTimeoutMs?: number }): Promise<{ schema: string; epoch: string }> {
+export async function migratePostgres(options: { url: string; schema?: string; connectTimeoutMs?: number; tls?: ConnectionOptions }): Promise<{ schema: string; epoch: string }> {
   const schema = options.schema ?? 'public'
   const s = quoted(schema)
   const q = queries(s)
-  const client = new pg.Client({ connectionString: options.url, connectionTimeoutMillis: options.connectTimeoutMs ?? 5000, fallback_application_name: 'fencegate migrate' })
+  const client = new pg.Client({ ...pgConnection(options.url, options.tls), connectionTimeoutMillis: options.connectTimeoutMs ?? 5000, fallback_application_name: 'fencegate migrate' })
   client.on('error', () => {})
   try {
     await client.connect()

@@ -2,7 +2,9 @@
  * What a PostgreSQL store is opened with, and its connection pool: bounded waits for a
  * connection, statements cancelled by the server, a dropped connection never fatal.
  */
+import type { ConnectionOptions } from 'node:tls'
 import pg from 'pg'
+import { pgConnection } from '../shared/tls.js'
 import type { WriteSequence } from '../state-loss/sequence.js'
 
 export interface PostgresStoreOptions {
@@ -29,12 +31,17 @@ export interface PostgresStoreOptions {
    * function; 'caller' the `now` each call passes — for tests that drive time (the conformance suite)
    */
   clock?: 'store' | 'caller'
+  /**
+   * store.tls as node:tls options (../shared/tls.ts `storeTlsOptions`): TLS verified as
+   * sslmode=verify-full does (the CA, then the URL's host name); the URL's sslmode is dropped
+   */
+  tls?: ConnectionOptions
 }
 
 /** A pool that never lets a dropped connection crash the process. */
-export function createPool(o: Required<Pick<PostgresStoreOptions, 'url' | 'pool' | 'statementTimeoutMs' | 'connectTimeoutMs'>>, onError: (e: Error) => void): pg.Pool {
+export function createPool(o: Required<Pick<PostgresStoreOptions, 'url' | 'pool' | 'statementTimeoutMs' | 'connectTimeoutMs'>> & Pick<PostgresStoreOptions, 'tls'>, onError: (e: Error) => void): pg.Pool {
   const pool = new pg.Pool({
-    connectionString: o.url,
+    ...pgConnection(o.url, o.tls),
     max: o.pool,
     connectionTimeoutMillis: o.connectTimeoutMs,
     statement_timeout: o.statementTimeoutMs,

@@ -5,6 +5,7 @@
  */
 import { shortfall } from './standbys.js'
 import pg from 'pg'
+import { pgConnection, storeTlsOptions } from '../shared/tls.js'
 import type { Config } from '../../config/schema.js'
 import type { Finding } from '../doctor/findings.js'
 import { decodeNote } from '../state-loss/note.js'
@@ -14,7 +15,7 @@ import { queries } from './queries.js'
 
 /** @throws Error when the server cannot be reached */
 export async function postgresFindings(config: Config['store']): Promise<Finding[]> {
-  const client = new pg.Client({ connectionString: config.url, connectionTimeoutMillis: Math.max(config.timeout, 1000), fallback_application_name: 'fencegate doctor' })
+  const client = new pg.Client({ ...pgConnection(config.url!, storeTlsOptions(config)), connectionTimeoutMillis: Math.max(config.timeout, 1000), fallback_application_name: 'fencegate doctor' })
   client.on('error', () => {})
   await client.connect()
   try {

@@ -5,10 +5,11 @@
 import { Redis } from 'ioredis'
 import type { Config } from '../../config/schema.js'
 import { StoreClock, type ClockReading } from '../shared/clock.js'
+import { redisTls, storeTlsOptions } from '../shared/tls.js'
 
 /** @param connectTimeout ms @throws the client's error when the server cannot be reached */
 export async function readRedisClock(config: Config['store'], connectTimeout: number): Promise<ClockReading> {
-  const conn = new Redis(config.url!.split(',')[0].trim(), { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout, retryStrategy: () => null })
+  const conn = new Redis(config.url!.split(',')[0].trim(), { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, connectTimeout, retryStrategy: () => null, ...redisTls(config.url, storeTlsOptions(config), { sentinels: false }) })
   conn.on('error', () => {})
   try {
     await conn.connect()

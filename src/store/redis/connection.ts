@@ -16,7 +16,9 @@
  * a replica may lag, and a replay read there could miss a completed record.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { ConnectionOptions } from 'node:tls'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
+import { redisTls } from '../shared/tls.js'
 import { SLOTS, keySlot } from './keys.js'
 import { SCRIPTS, type Script } from './scripts.js'
 
@@ -41,6 +43,8 @@ export interface ClientOptions {
   /** Sentinels to ask for the primary named `sentinelName` (`urls[0]` then gives only credentials, TLS and database) */
   sentinels?: { host: string; port: number }[]
   sentinelName?: string
+  /** store.tls's options (the CA, the client certificate); TLS is on with them or a rediss:// URL */
+  tls?: ConnectionOptions
 }
 
 /** A client not yet connected (lazyConnect), every script defined on it. */
@@ -71,7 +75,9 @@ export function createClient(o: ClientOptions): Conn {
       commandTimeout: o.commandTimeoutMs,
       username: first.username ? decodeURIComponent(first.username) : undefined,
       password: first.password ? decodeURIComponent(first.password) : undefined,
-      tls: first.protocol === 'rediss:' ? {} : undefined,
+      // every node the cluster announces is reached with the same options: its certificate must
+      // name the address it announces (an IP SAN for cluster-announce-ip, or a name that resolves)
+      ...redisTls(o.urls[0], o.tls, { sentinels: false }),
     }
     conn = new Cluster(o.urls.map((u) => { const x = new URL(u); return { host: x.hostname, port: Number(x.port || 6379) } }), {
       lazyConnect: true,
@@ -109,14 +115,16 @@ export function createClient(o: ClientOptions): Conn {
       username: u.username ? decodeURIComponent(u.username) : undefined,
       password: u.password ? decodeURIComponent(u.password) : undefined,
       db: u.pathname.length > 1 ? Number(u.pathname.slice(1)) : undefined,
-      tls: u.protocol === 'rediss:' ? {} : undefined,
+      // rediss://: the Sentinels' links and the primary's are TLS (ioredis reaches the primary a
+      // Sentinel names in cleartext unless told enableTLSForSentinelMode)
+      ...redisTls(o.urls[0], o.tls, { sentinels: true }),
       role: 'master',
       failoverDetector: true,
       sentinelRetryStrategy: retryStrategy,
       ...oneServer,
     }) as Redis & ScriptCommands
   } else {
-    conn = new Redis(o.urls[0], oneServer) as Redis & ScriptCommands
+    conn = new Redis(o.urls[0], { ...oneServer, ...redisTls(o.urls[0], o.tls, { sentinels: false }) }) as Redis & ScriptCommands
   }
   conn.defineCommand(SCRIPTS.fgAudit.name, { numberOfKeys: SCRIPTS.fgAudit.keys, lua: SCRIPTS.fgAudit.lua })
   return conn

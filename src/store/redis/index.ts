@@ -85,7 +85,7 @@ export class RedisStore implements Store {
     this.#keys = new KeyNames(keyPrefix, cluster)
     const sentinels = options.sentinels?.map((a) => { const i = a.lastIndexOf(':'); return { host: a.slice(0, i), port: Number(a.slice(i + 1)) } })
     if (sentinels && (cluster || !options.sentinelName)) throw new TypeError('options.sentinels needs options.sentinelName, and no cluster')
-    this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs, sentinels, sentinelName: options.sentinelName })
+    this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs, sentinels, sentinelName: options.sentinelName, tls: options.tls })
     const sequence = options.sequence ?? new WriteSequence()
     if (!cluster) this.sequence = sequence
     this.#writer = new Writer(this.#redis, {

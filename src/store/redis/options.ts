@@ -1,4 +1,5 @@
 /** What a Redis store is opened with: one server, Sentinels or a cluster, timeouts, replicas, clock. */
+import type { ConnectionOptions } from 'node:tls'
 import type { WriteSequence } from '../state-loss/sequence.js'
 
 export interface RedisStoreOptions {
@@ -23,6 +24,8 @@ export interface RedisStoreOptions {
   /** Sentinels (host:port) to find the primary named `sentinelName` through; `url` then gives only credentials, TLS and database */
   sentinels?: string[]
   sentinelName?: string
+  /** store.tls as node:tls options (../shared/tls.ts `storeTlsOptions`): the CA, the client certificate; a rediss:// URL without it trusts the system's CAs */
+  tls?: ConnectionOptions
   /**
    * cluster: a command not answered after this long (redirections and retries included) is
    * given up by the client, ms; default 2000. The gateway's `store.timeout` answers the request

@@ -4,6 +4,7 @@
  * server, or on every master of a cluster (one finding per setting naming the masters it holds
  * for) — and the prefix's loss note, when a gateway left one (../state-loss/note.ts). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
  */
+import { redisTls, storeTlsOptions } from '../shared/tls.js'
 import { Cluster, Redis } from 'ioredis'
 import type { Config } from '../../config/schema.js'
 import type { Finding } from '../doctor/findings.js'
@@ -105,9 +106,10 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
     const conn = config.sentinels
       ? new Redis({
         ...once, sentinels: config.sentinels.map((a) => ({ host: a.slice(0, a.lastIndexOf(':')), port: Number(a.slice(a.lastIndexOf(':') + 1)) })), name: config.sentinelName,
+        ...redisTls(config.url, storeTlsOptions(config), { sentinels: true }),
         sentinelRetryStrategy: () => null, username: u.username ? decodeURIComponent(u.username) : undefined, password: u.password ? decodeURIComponent(u.password) : undefined,
       })
-      : new Redis(urls[0], once)
+      : new Redis(urls[0], { ...once, ...redisTls(urls[0], storeTlsOptions(config), { sentinels: false }) })
     conn.on('error', () => {})
     try {
       await conn.connect()
@@ -129,7 +131,7 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
       connectTimeout: Math.max(config.timeout, 1000), maxRetriesPerRequest: 0,
       username: first.username ? decodeURIComponent(first.username) : undefined,
       password: first.password ? decodeURIComponent(first.password) : undefined,
-      tls: first.protocol === 'rediss:' ? {} : undefined,
+      ...redisTls(urls[0], storeTlsOptions(config), { sentinels: false }),
     },
   })
   cluster.on('error', () => {})

@@ -2,6 +2,7 @@
 import type { Config } from '../../config/schema.js'
 import { migratePostgres } from '../postgres/index.js'
 import { openStore } from './open-engine.js'
+import { storeTlsOptions } from '../shared/tls.js'
 
 /**
  * `fencegate migrate`: creates or updates the store's schema (postgres); the other stores
@@ -11,7 +12,7 @@ import { openStore } from './open-engine.js'
  */
 export async function migrateStore(config: Config['store']): Promise<string> {
   if (config.kind === 'postgres') {
-    const { schema, epoch } = await migratePostgres({ url: config.url!, schema: config.schema, connectTimeoutMs: Math.max(config.timeout, 5000) })
+    const { schema, epoch } = await migratePostgres({ url: config.url!, schema: config.schema, connectTimeoutMs: Math.max(config.timeout, 5000), tls: storeTlsOptions(config) })
     return `postgres schema ${schema} is up to date (epoch ${epoch})`
   }
   const store = await openStore(config)

@@ -9,6 +9,7 @@ import { RedisStore } from '../redis/index.js'
 import { PostgresStore } from '../postgres/index.js'
 import type { WriteSequence } from '../state-loss/sequence.js'
 import type { Store } from '../contract/store.js'
+import { storeTlsOptions } from '../shared/tls.js'
 
 /**
  * Opens the store the config names. `sequence`: the write sequence the store follows (a gateway
@@ -32,6 +33,7 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
         // what a cluster client may leave running after the gateway gave up on a call
         commandTimeoutMs: 2 * config.timeout,
         sequence,
+        tls: storeTlsOptions(config),
       })
     case 'postgres':
       return PostgresStore.open({
@@ -44,6 +46,7 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
         connectTimeoutMs: config.timeout,
         sequence,
         replicas: config.replicas,
+        tls: storeTlsOptions(config),
       })
   }
 }
