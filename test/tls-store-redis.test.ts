@@ -13,6 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
 import { inspectStore } from '../src/store/index.js'
 import { parseConfig } from '../src/config/load.js'
 import { makePki, type Pem, type Pki } from './helpers/certs.js'
+import { networkInterfaces } from 'node:os'
 import { freePort, startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
 import { expectProblem, metric, metrics, post } from './helpers/http.js'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
@@ -143,4 +144,25 @@ describe('Sentinel over TLS', () => {
     cleanups.push(() => gw.close())
     await exercise(gw)
   })
+})
+
+test('doctor warns when a store on another address is reached in cleartext', async () => {
+  // this host's own non-loopback address stands for another host: the link leaves loopback
+  const address = Object.values(networkInterfaces()).flat().find((a) => a && a.family === 'IPv4' && !a.internal)?.address
+  expect(address, 'a non-loopback IPv4 address on this host').toBeDefined()
+  const port = await freePort()
+  redis(['--port', String(port), '--bind', address!, '--protected-mode', 'no', '--save', '', '--appendonly', 'no', '--dir', dir, '--dbfilename', 'plain.rdb'])
+  await until(async () => {
+    const r = new Redis({ port, host: address, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+    r.on('error', () => {})
+    try { await r.connect(); return (await r.ping()) === 'PONG' } catch { return false } finally { r.disconnect() }
+  }, { timeoutMs: 10_000, intervalMs: 50, message: 'the cleartext redis to answer' })
+  const config = parseConfig(`store:\n  kind: redis\n  url: redis://${address}:${port}\nroutes:\n  - name: r\n    match: { path: /r/* }\n    upstream: { url: http://127.0.0.1:1 }\n`, join(dir, 'fencegate.yaml'))
+  const report = await inspectStore(config.store)
+  const tls = report.findings.find((f) => f.id === 'tls')
+  expect(tls).toMatchObject({ status: 'risk', setting: `store link cleartext: redis:// (cleartext) to ${address}` })
+  expect(tls!.consequence).toContain('rediss://')
+  // the same server on loopback in cleartext: no finding (one host)
+  const local = await inspectStore(parseConfig(`store:\n  kind: redis\n  url: redis://127.0.0.1:6379\nroutes:\n  - name: r\n    match: { path: /r/* }\n    upstream: { url: http://127.0.0.1:1 }\n`, join(dir, 'fencegate.yaml')).store)
+  expect(local.findings.map((f) => f.id)).not.toContain('tls')
 })

@@ -108,3 +108,7 @@ export class PgPair {
     rmSync(this.root, { recursive: true, force: true })
   }
 }
+
+/** Runs a PostgreSQL program as the postgres user (for clusters other tests set up their own way). */
+export const pgProgram = pg
+export const pgOwner = { uid, gid }
