@@ -30,6 +30,8 @@ import { createAdmin, exposedAdmin } from './admin.js'
 import { nextConfig, refuseReload, type ReloadResult } from './reload.js'
 import { listenerTls, prepareRotation, recordListenerExpiry } from './tls/listeners.js'
 import { TlsFilesError } from './tls/material.js'
+import { recordUpstreamExpiry, routesTls, type UpstreamTls } from './tls/upstream.js'
+import { recordStoreExpiry, storeTlsMaterial } from './tls/store.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
 import { listen, startGateway, type Running } from './server.js'
@@ -105,6 +107,10 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
     admin = createAdaptorServer({ fetch: (req, env) => adminFetch(req, env), ...(adminTls ? { createServer: createHttpsServer, serverOptions: adminTls.options } : {}) }) as Server
     recordListenerExpiry(metrics, 'proxy', listenerTls(config, 'proxy'))
     recordListenerExpiry(metrics, 'admin', adminTls)
+    // the certificates the workers present to the upstreams and the store, for the gauge
+    const presented = (c: Config, ups: (UpstreamTls | undefined)[]) => c.routes.forEach((r, i) => recordUpstreamExpiry(metrics, r.name, ups[i]))
+    presented(config, routesTls(config))
+    recordStoreExpiry(metrics, config.store, storeTlsMaterial(config.store))
     const adminUrl = await listen(admin, config.admin.listen)
     const exposed = exposedAdmin(config)
     if (exposed) log.warn(exposed, { admin: config.admin.listen })
@@ -114,8 +120,11 @@ export async function startPrimary(config: Config, workers: number, log: Logger,
       if ('refused' in checked) return checked.refused
       try {
         const proxyTls = listenerTls(checked.config, 'proxy')
+        const ups = routesTls(checked.config)
         prepareRotation(checked.config, { admin: adminTls && admin }, metrics)()
         recordListenerExpiry(metrics, 'proxy', proxyTls)
+        for (const r of running.routes) if (!checked.config.routes.some((n) => n.name === r.name)) recordUpstreamExpiry(metrics, r.name, undefined)
+        presented(checked.config, ups)
       } catch (e) {
         if (e instanceof TlsFilesError) return refuseReload(configFile, metrics, log, 'a TLS file cannot be used', e.problems.map((p) => `${p.path}: ${p.message}`))
         throw e
