@@ -11,7 +11,11 @@
  * A target is `floor` (./floor-proxy.ts), `answer:N` (./answer-floor.ts: a server answering the
  * upstream's 201 itself after N µs of its own work), `store-floor` (./store-floor.ts: the store's
  * work with no request path), `fencegate`, or either of the last two of another built checkout
- * as `fencegate:DIR`, `store-floor:DIR`. `--pin` puts the targets on core 1 and wrk and nginx on
+ * as `fencegate:DIR`, `store-floor:DIR`; `fencegate-https` (or `fencegate-https:DIR`) is
+ * fencegate with its proxy listener over TLS (`tls`, an EC P-256 certificate made by openssl)
+ * and wrk speaking https to it, `floor-https` the floor over node:https with the same TLS
+ * options: `fencegate fencegate-https` is what TLS costs fencegate a request, `floor floor-https`
+ * what it costs Node itself. `--pin` puts the targets on core 1 and wrk and nginx on
  * core 0 (taskset): steadier, but not how the shared benchmark runs. Needs wrk and nginx on PATH.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
@@ -60,11 +64,11 @@ const LUA: Record<string, string> = {
 if (!LUA[scenario]) throw new Error(`--scenario must be plain, unique or replay, not ${scenario}`)
 writeFileSync(join(dir, 'load.lua'), LUA[scenario])
 
-interface Target { name: string; port: number; pid: number }
+interface Target { name: string; port: number; pid: number; scheme: 'http' | 'https' }
 
 function load(t: Target, secs: number): { us: number; requests: number; non2xx: number } {
   const c0 = cpuSeconds(t.pid)
-  const [cmd, args] = onCore(0, 'wrk', ['-t1', '-c50', `-d${secs}s`, '-s', join(dir, 'load.lua'), `http://127.0.0.1:${t.port}/`])
+  const [cmd, args] = onCore(0, 'wrk', ['-t1', '-c50', `-d${secs}s`, '-s', join(dir, 'load.lua'), `${t.scheme}://127.0.0.1:${t.port}/`])
   const out = execFileSync(cmd, args, { encoding: 'utf8' })
   const requests = Number(/(\d+) requests in/.exec(out)?.[1] ?? 0)
   return { us: ((cpuSeconds(t.pid) - c0) * 1e6) / requests, requests, non2xx: Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0) }
@@ -82,21 +86,26 @@ async function startTarget(spec: string, tag: string, upstream: string): Promise
     redis: `kind: redis\n  url: redis://127.0.0.1:6379\n  keyPrefix: fgpairs${process.pid}${tag}`,
     postgres: 'kind: postgres\n  url: postgres://postgres@127.0.0.1:5432/test',
   }
+  const https = kind === 'fencegate-https' || kind === 'floor-https'
+  // the listener's certificate: EC P-256, as a cert-manager Certificate would issue by default
+  if (https) execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', join(dir, `${tag}-key.pem`), '-out', join(dir, `${tag}.pem`), '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' })
+  const tlsBlock = https ? `tls:\n  cert: ${join(dir, `${tag}.pem`)}\n  key: ${join(dir, `${tag}-key.pem`)}\n` : ''
   const yaml = join(dir, `${tag}.yaml`)
-  writeFileSync(yaml, `listen: 127.0.0.1:${port}\nadmin:\n  listen: 127.0.0.1:${admin}\nstore:\n  ${storeBlock[store]}\nroutes:
+  writeFileSync(yaml, `listen: 127.0.0.1:${port}\n${tlsBlock}admin:\n  listen: 127.0.0.1:${admin}\nstore:\n  ${storeBlock[store]}\nroutes:
   - name: plain\n    match:\n      path: /plain/*\n    upstream:\n      url: ${upstream}
   - name: payments\n    match:\n      path: /accounts/:account/*\n    upstream:\n      url: ${upstream}\n    fencing:\n      resource: "account:{param.account}"\n    idempotency:\n      required: true\n`)
-  const args = kind === 'floor' ? [join(here, 'dist/bench/floor-proxy.js'), upstream, String(port)]
+  const args = kind === 'floor' || kind === 'floor-https' ? [join(here, 'dist/bench/floor-proxy.js'), upstream, String(port)]
     : kind === 'answer' ? [join(here, 'dist/bench/answer-floor.js'), arg || '0', String(port)]
     : kind === 'store-floor' ? [join(where, 'dist/bench/store-floor.js'), yaml, upstream, String(port)]
-      : kind === 'fencegate' ? [join(where, 'dist/src/cli.js'), '--config', yaml]
+      : kind === 'fencegate' || https ? [join(where, 'dist/src/cli.js'), '--config', yaml]
         : undefined
-  if (!args) throw new Error(`a target is floor, answer[:WORK_US], store-floor[:DIR] or fencegate[:DIR], not ${spec}`)
+  if (!args) throw new Error(`a target is floor, answer[:WORK_US], store-floor[:DIR] or fencegate[:DIR], fencegate-https[:DIR] or floor-https, not ${spec}`)
   const [cmd, a] = onCore(1, process.execPath, args)
-  const child = spawn(cmd, a, { cwd: dir, stdio: ['pipe', 'ignore', openSync(join(dir, `${tag}.log`), 'w')] })
+  const env = kind === 'floor-https' ? { ...process.env, FLOOR_TLS_CERT: join(dir, `${tag}.pem`), FLOOR_TLS_KEY: join(dir, `${tag}-key.pem`) } : process.env
+  const child = spawn(cmd, a, { cwd: dir, env, stdio: ['pipe', 'ignore', openSync(join(dir, `${tag}.log`), 'w')] })
   kids.push(child)
   await waitPort(port)
-  return { name: spec, port, pid: child.pid! }
+  return { name: spec, port, pid: child.pid!, scheme: https ? 'https' : 'http' }
 }
 
 async function main(): Promise<void> {

@@ -6,13 +6,17 @@
  *
  *   node dist/bench/floor-proxy.js UPSTREAM_URL [PORT] [pipe|pipeline]
  *
- * PORT 0 or absent: a free port. The answer is streamed with `.pipe()` (default), or with
+ * PORT 0 or absent: a free port. With FLOOR_TLS_CERT and FLOOR_TLS_KEY (PEM files) it serves
+ * HTTPS on node:https with fencegate's listener options (HTTP/1.1 by ALPN, TLS 1.2 and up): what
+ * Node's TLS costs by itself (./cpu-pairs.ts `floor-https`). The answer is streamed with `.pipe()` (default), or with
  * `stream/promises` pipeline() — much slower on Node 20, kept to compare (BENCH_FLOOR=pipeline).
  *
  * Prints `listening http://127.0.0.1:PORT` once ready; exits when its stdin closes (the harness
  * died) or on SIGTERM/SIGINT.
  */
 import http from 'node:http'
+import https from 'node:https'
+import { readFileSync } from 'node:fs'
 import { pipeline } from 'node:stream/promises'
 import { Pool, type Dispatcher } from 'undici'
 import { requestHeaders, responseHeaders, serve } from './anchor.js'
@@ -30,7 +34,10 @@ if (mode !== 'pipe' && mode !== 'pipeline') {
 const upstream = new URL(upstreamUrl)
 const pool = new Pool(upstream.origin, { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 })
 
-const server = http.createServer(async (req, res) => {
+const tls = process.env.FLOOR_TLS_CERT && process.env.FLOOR_TLS_KEY
+  ? { cert: readFileSync(process.env.FLOOR_TLS_CERT), key: readFileSync(process.env.FLOOR_TLS_KEY), ALPNProtocols: ['http/1.1'], minVersion: 'TLSv1.2' as const, honorCipherOrder: true }
+  : undefined
+const handler: http.RequestListener = async (req, res) => {
   const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
   let up: Dispatcher.ResponseData
   try {
@@ -62,5 +69,6 @@ const server = http.createServer(async (req, res) => {
   body.once('error', () => res.destroy())
   res.once('close', () => { if (!res.writableFinished) body.destroy() })
   body.pipe(res)
-})
+}
+const server = tls ? https.createServer(tls, handler) : http.createServer(handler)
 serve(server, pool, Number(process.argv[3] ?? 0))

@@ -12,7 +12,10 @@
  * timeouts, the attempt log's queue and retention, TLS or client certificates turned on or off
  * on a listener): the refusal names those keys. Either way it is logged and counted in
  * `fencegate_config_reloads_total{result}`. The listeners' certificate files are read again
- * (src/tls/listeners.ts); one that cannot be used refuses the reload the same way.
+ * (src/tls/listeners.ts), and so are the routes' upstream TLS files, for the new generation's
+ * pools (src/tls/upstream.ts); one that cannot be used refuses the reload the same way. The
+ * store's TLS files are not: `store.*` is restart-only, and the store clients keep the options
+ * they were opened with for every reconnection, so a rotated store certificate needs a restart.
  */
 import type { Config } from './config/schema.js'
 import { ConfigError, formatProblem, loadConfig } from './config/load.js'
@@ -23,7 +26,7 @@ import type { Metrics } from './telemetry/metrics.js'
 const RESTART_ONLY: [keyof Config, string][] = [
   ['listen', 'the proxy listener is bound once'],
   ['admin', 'the admin listener is bound once'], // only admin.listen: see below
-  ['store', 'the store connection is opened once'],
+  ['store', 'the store connection is opened once (its store.tls files read then)'],
   ['audit', 'the attempt log queue is created with the store'],
   ['server', 'the listener timeouts are set when it is created'],
 ]
