@@ -4,8 +4,9 @@
 // gauge, `fencegate doctor` saying the link is TLS. Through a TLS-only Sentinel to a TLS-only
 // primary with a TLS-only replica (store.replicas: 1, so WAIT needs the replica's TLS link):
 // ioredis reaches the primary a Sentinel names over TLS only when told
-// enableTLSForSentinelMode, which the store sets for rediss://.
-import { spawn, type ChildProcess } from 'node:child_process'
+// enableTLSForSentinelMode, which the store sets for rediss://. A TLS-only Redis Cluster
+// (`--tls-cluster yes`): every node reached over TLS at the address it announces.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
@@ -139,6 +140,32 @@ describe('Sentinel over TLS', () => {
     }, { timeoutMs: 20_000, intervalMs: 100, message: 'the Sentinel to answer over TLS and know the replica' })
     const gw = await startTestGateway({
       store: { kind: 'redis', url: 'rediss://primary', sentinels: [`127.0.0.1:${sentinelPort}`], sentinelName: 'fgm', keyPrefix: 'fgtls3', replicas: 1, tls: { ca: pki.ca.cert, cert: client.cert, key: client.key } },
+      routes: [ledger()],
+    })
+    cleanups.push(() => gw.close())
+    await exercise(gw)
+  })
+})
+
+describe('Redis Cluster over TLS', () => {
+  test('three TLS-only masters joined over TLS: the store on rediss:// seeds with the client certificate', async () => {
+    const nodes: number[] = []
+    for (let i = 0; i < 3; i++) {
+      const port = await freePort()
+      const bus = await freePort()
+      redis([...tlsArgs(port), '--tls-cluster', 'yes', '--cluster-enabled', 'yes', '--cluster-port', String(bus), '--cluster-config-file', join(dir, `nodes-${port}.conf`),
+        '--cluster-node-timeout', '2000', '--save', '', '--appendonly', 'no', '--dir', dir, '--dbfilename', `c${port}.rdb`])
+      await answers(port)
+      nodes.push(port)
+    }
+    const create = spawnSync('redis-cli', ['--tls', '--cacert', pki.ca.cert, '--cert', client.cert, '--key', client.key, '--cluster', 'create', ...nodes.map((p) => `127.0.0.1:${p}`), '--cluster-yes'], { encoding: 'utf8', timeout: 30_000 })
+    expect(create.status, `${create.stdout}${create.stderr}`).toBe(0)
+    await until(async () => {
+      const r = tlsClient(nodes[0])
+      try { await r.connect(); return /cluster_state:ok/.test(String(await r.call('CLUSTER', 'INFO'))) } catch { return false } finally { r.disconnect() }
+    }, { timeoutMs: 20_000, intervalMs: 100, message: 'the TLS cluster to be ok' })
+    const gw = await startTestGateway({
+      store: { kind: 'redis', cluster: true, url: nodes.map((p) => `rediss://127.0.0.1:${p}`).join(','), keyPrefix: 'fgtlsc', tls: { ca: pki.ca.cert, cert: client.cert, key: client.key } },
       routes: [ledger()],
     })
     cleanups.push(() => gw.close())
