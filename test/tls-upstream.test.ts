@@ -3,7 +3,7 @@
 // not verify is never sent the request: 502 upstream-unavailable naming the TLS reason, the
 // claim released so the key's retry is forwarded once the config trusts it. A reload reads the
 // files again: new connections present the new client certificate.
-import { copyFileSync, renameSync } from 'node:fs'
+import { copyFileSync, renameSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { parseConfig } from '../src/config/load.js'
@@ -142,16 +142,64 @@ describe('rotation of the client certificate on SIGHUP', () => {
       const url = `http://127.0.0.1:${port}`
       expect((await post(`${url}/pay/6`, {}, { 'idempotency-key': 'rot-1' })).status).toBe(201)
       expect(up.seen.at(-1)?.clientSerial).toBe(client.serial)
+      // requests in a loop across the rotation: none fails (the old pool drains)
+      let running = true
+      const failures: string[] = []
+      let n = 0
+      const loop = (async () => {
+        while (running) {
+          const r = await post(`${url}/pay/load`, {}, { 'idempotency-key': `rot-load-${n++}` }).catch((e: Error) => ({ status: 0, text: e.message }))
+          if (r.status !== 201) failures.push(`${r.status} ${r.text}`)
+        }
+      })()
+      await until(() => n > 10, { timeoutMs: 5000 })
       const renewed = pki.issue('gateway-renewed', { client: true, days: 80 })
       install(renewed)
       gw.child.kill('SIGHUP')
       await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_config_reloads_total', { result: 'applied' }) === 1, { timeoutMs: 5000, message: () => gw.log() })
+      const at = n
+      await until(() => n > at + 10, { timeoutMs: 5000 })
+      running = false
+      await loop
+      expect(failures).toEqual([])
       const r = await post(`${url}/pay/7`, {}, { 'idempotency-key': 'rot-2' })
       expect(r.status, r.text).toBe(201)
       expect(up.seen.at(-1)).toMatchObject({ url: '/pay/7', clientSerial: renewed.serial })
       expect(metric(await metrics(gw.adminUrl), 'fencegate_tls_certificate_expiry_seconds', { route: 'pay' })).toBeGreaterThan(79 * DAY)
+      // a key that cannot be read refuses the reload: the running pools keep the renewed certificate
+      rmSync(live.key)
+      gw.child.kill('SIGHUP')
+      await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_config_reloads_total', { result: 'refused' }) === 1, { timeoutMs: 5000, message: () => gw.log() })
+      expect(gw.log()).toContain(`routes[0].upstream.tls.key: cannot read ${live.key}: no such file`)
+      const still = await post(`${url}/pay/8`, {}, { 'idempotency-key': 'rot-3' })
+      expect(still.status, still.text).toBe(201)
+      expect(up.seen.at(-1)).toMatchObject({ url: '/pay/8', clientSerial: renewed.serial })
     } finally {
       await gw.stop()
     }
   })
+})
+
+test('with --workers, the primary\'s gauge shows the client certificate each route presents', async () => {
+  const up = await startHttpsUpstream({ cert: server, clientCa: pki.ca.certPem })
+  const dir = tempDir('fg-tls-up-w-')
+  const port = await freePort()
+  const admin = await freePort()
+  const file = join(dir, 'fencegate.yaml')
+  writeFileSync(file, gatewayConfig({
+    ...spec(up.url, { ca: pki.ca.cert, cert: client.cert, key: client.key }),
+    listen: `127.0.0.1:${port}`, admin: { listen: `127.0.0.1:${admin}` }, store: { kind: 'sqlite', path: join(dir, 'fg.db') },
+  }))
+  const gw = await spawnGateway(file, port, admin, join(dir, 'gw.log'), ['--workers', '2'])
+  try {
+    expect((await post(`http://127.0.0.1:${port}/pay/w`, {}, { 'idempotency-key': 'w-1' })).status).toBe(201)
+    expect(up.seen.at(-1)?.clientSerial).toBe(client.serial)
+    const m = await metrics(gw.adminUrl)
+    expect(metric(m, 'fencegate_tls_certificate_expiry_seconds', { route: 'pay' })).toBeGreaterThan(39 * DAY)
+    // one series, the primary's, not one per worker
+    expect(m.split('\n').filter((l) => l.startsWith('fencegate_tls_certificate_expiry_seconds{') && l.includes('route="pay"'))).toHaveLength(1)
+  } finally {
+    await gw.stop()
+    await up.close()
+  }
 })
