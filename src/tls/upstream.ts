@@ -86,7 +86,8 @@ export interface UpstreamConnector {
  * undici's connector with the route's TLS options, keeping the alert a server refused our client
  * certificate with: with TLS 1.3 the client's side of the handshake ends first, undici writes
  * the request, and the alert that follows reaches the caller only as "other side closed". Kept
- * a few seconds per connection, enough for the failed request to read it.
+ * until the one request that connection carried (pipelining 1) reads it, at most a second after
+ * the connection closed, so a later connection from the same local port is never taken for it.
  * @param timeoutMs `upstream.connectTimeout`
  */
 export function upstreamConnector(tls: UpstreamTls, timeoutMs: number): UpstreamConnector {
@@ -98,7 +99,7 @@ export function upstreamConnector(tls: UpstreamTls, timeoutMs: number): Upstream
       socket.once('error', (e: Error) => {
         if (port === undefined || !handshakeRefused(e)) return
         alerts.set(port, e)
-        setTimeout(() => alerts.delete(port), 5000).unref()
+        socket.once('close', () => setTimeout(() => { if (alerts.get(port) === e) alerts.delete(port) }, 1000).unref())
       })
     }
     // undici's callback type splits the two cases; one call passes either
@@ -106,7 +107,9 @@ export function upstreamConnector(tls: UpstreamTls, timeoutMs: number): Upstream
   })
   const refusal = (error: unknown): Error | undefined => {
     const port = (error as { socket?: { localPort?: number } } | undefined)?.socket?.localPort
-    return port === undefined ? undefined : alerts.get(port)
+    const alert = port === undefined ? undefined : alerts.get(port)
+    if (alert) alerts.delete(port!)
+    return alert
   }
   return { connect, refusal }
 }
