@@ -86,7 +86,12 @@ const PROBE_METHODS = ['GET', 'HEAD', 'OPTIONS'] as const
  */
 const settle = z.strictObject({
   probe: z.strictObject({
-    method: z.string().default('GET').transform((s) => s.toUpperCase()).pipe(z.enum(PROBE_METHODS, { message: 'must be GET, HEAD or OPTIONS: a probe only asks, never a method that changes state (it could apply the very effect it looks for)' })),
+    method: z.string().default('GET').transform((s, ctx) => {
+      const m = s.toUpperCase()
+      if ((PROBE_METHODS as readonly string[]).includes(m)) return m as typeof PROBE_METHODS[number]
+      ctx.addIssue({ code: 'custom', message: `must be GET, HEAD or OPTIONS, not ${JSON.stringify(s)}: a probe only asks, never a method that changes state (it could apply the very effect it looks for)` })
+      return z.NEVER
+    }),
     path: z.string().startsWith('/', 'must start with "/" (the probe goes to the route\'s upstream origin)'),
     headers: z.record(headerName, z.string()).optional(),
     applied: z.array(status).min(1, 'must list at least one status: the answer that says the first attempt took effect'),

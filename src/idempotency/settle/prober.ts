@@ -95,7 +95,8 @@ export class RouteProber {
     }
     this.#loggedLarge.delete(keyHash)
     this.metrics.settled.inc({ route, by: 'probe', as: out.answer })
-    this.audit?.push({ time: Date.now(), kind: 'resolve', replica: REPLICA, route, keyHash, resolution: out.answer === 'applied' ? 'completed' : 'failed', by: 'probe',
+    // after the probe's entry on the timeline, even within one millisecond
+    this.audit?.push({ time: Math.max(Date.now(), entry.time + 1), kind: 'resolve', replica: REPLICA, route, keyHash, resolution: out.answer === 'applied' ? 'completed' : 'failed', by: 'probe',
       reason: `settled by probe ${take.probes}: the resource answered ${out.status} (${out.answer === 'applied' ? 'probe.applied' : 'probe.notApplied'})`, upstreamStatus: out.status })
     this.log.info('unknown outcome settled by probe', { route, keyHash, as: out.answer, status: out.status, previousReason: settled.reason })
     return { kind: 'probed', answer: out.answer, settled: true }
