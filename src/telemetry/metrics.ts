@@ -207,7 +207,8 @@ export function createMetrics(version: string) {
       m.idempotencyEvicted.inc({ route }, 0)
       m.idempotencyLease.set({ route }, r.idempotency.lease / 1000)
       for (const by of SETTLED_BY) for (const as of SETTLED_AS) m.settled.inc({ route, by, as }, 0)
-      if (r.idempotency.settle) for (const answer of PROBE_ANSWER_LABELS) m.settleProbes.inc({ route, answer }, 0)
+      // every idempotent route, settle or not: a panel over all routes has a series, and settle can be turned on by a reload
+      for (const answer of PROBE_ANSWER_LABELS) m.settleProbes.inc({ route, answer }, 0)
     }
   }
   /**
