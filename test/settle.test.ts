@@ -10,6 +10,7 @@ import { gatewayConfig, startTestGateway, tempDir, type RouteSpec, type StoreInp
 import { metric, metrics, post, send } from './helpers/http.js'
 import { runCli } from './helpers/run.js'
 import { until } from './helpers/wait.js'
+import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from './helpers/stores.js'
 
 interface Ledger {
   url: string
@@ -84,9 +85,23 @@ async function gateway(store: StoreInput, route: RouteSpec): Promise<TestGateway
   return gw
 }
 
+let n = 0
+const unique = () => `settle_${process.pid}_${Date.now().toString(36)}_${n++}`
+/** A redis key prefix of its own, deleted after the test. */
+const redisStore = (): StoreInput => {
+  const keyPrefix = unique()
+  cleanups.unshift(() => dropRedisPrefix(keyPrefix))
+  return { kind: 'redis', url: REDIS_URL, keyPrefix }
+}
 const STORES: [string, () => StoreInput][] = [
   ['memory', () => ({ kind: 'memory' })],
   ['sqlite', () => ({ kind: 'sqlite', path: '@DIR@/fg.db' })],
+  ['redis', redisStore],
+  ['postgres', () => {
+    const schema = unique()
+    cleanups.unshift(() => dropPostgresSchema(schema))
+    return { kind: 'postgres', url: PG_URL, schema }
+  }],
 ]
 
 describe.each(STORES)('settle on the %s store', (_, store) => {
@@ -185,9 +200,11 @@ describe.each(STORES)('settle on the %s store', (_, store) => {
   }, 20_000)
 })
 
-test('two gateways on one sqlite file send one probe per scheduled time, never two', async () => {
-  const dir = tempDir()
-  const store: StoreInput = { kind: 'sqlite', path: join(dir, 'shared.db') }
+test.each([
+  ['one sqlite file', (): StoreInput => ({ kind: 'sqlite', path: join(tempDir(), 'shared.db') })],
+  ['one redis', redisStore],
+])('two gateways on %s send one probe per scheduled time, never two', async (_, shared) => {
+  const store = shared()
   const a = await gateway(store, settleRoute(up.url, { every: '2s' }))
   const b = await gateway(store, settleRoute(up.url, { every: '2s' }))
   up.lookup = () => ({ status: 503 })
