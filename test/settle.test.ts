@@ -200,6 +200,19 @@ describe.each(STORES)('settle on the %s store', (_, store) => {
   }, 20_000)
 })
 
+test('a probe answer larger than maxResponseBytes: it stays unknown, counted as error, logged once', async () => {
+  const route = settleRoute(up.url)
+  const gw = await gateway({ kind: 'memory' }, { ...route, idempotency: { ...route.idempotency, maxResponseBytes: 16 } })
+  expect((await charge(gw, 'k-large', 'hang')).status).toBe(504)
+  await until(() => up.probes.length >= 2, { timeoutMs: 10_000, message: 'two probes' })
+  await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_settle_probes_total', { route: 'payments', answer: 'error' }) >= 2, { message: 'two probes counted as error' })
+  const m = await metrics(gw.adminUrl)
+  expect(metric(m, 'fencegate_settle_probes_total', { route: 'payments', answer: 'applied' })).toBe(0)
+  expect((await send(`${gw.adminUrl}/unknown`)).json().unknown).toHaveLength(1)
+  expect(gw.logs.filter((l) => l.includes('larger than idempotency.maxResponseBytes'))).toHaveLength(1)
+  expect((await charge(gw, 'k-large')).status).toBe(409)
+}, 20_000)
+
 test.each([
   ['one sqlite file', (): StoreInput => ({ kind: 'sqlite', path: join(tempDir(), 'shared.db') })],
   ['one redis', redisStore],
