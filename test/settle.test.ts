@@ -6,7 +6,7 @@ import http from 'node:http'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
-import { gatewayConfig, startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { freePort, gatewayConfig, spawnGateway, startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
 import { metric, metrics, post, send } from './helpers/http.js'
 import { runCli } from './helpers/run.js'
 import { until } from './helpers/wait.js'
@@ -234,6 +234,29 @@ test.each([
   const sent = (t: string) => metric(t, 'fencegate_settle_probes_total', { route: 'payments', answer: 'undecided' })
   expect(sent(ma) + sent(mb)).toBe(up.probes.length)
 }, 25_000)
+
+test('a gateway killed mid-probe leaves the key probed again by the other, which settles it', async () => {
+  const dir = tempDir()
+  const store: StoreInput = { kind: 'sqlite', path: join(dir, 'shared.db') }
+  const [port, admin] = [await freePort(), await freePort()]
+  const file = join(dir, 'a.yaml')
+  writeFileSync(file, gatewayConfig({ listen: `127.0.0.1:${port}`, admin: { listen: `127.0.0.1:${admin}` }, store, routes: [settleRoute(up.url)] }))
+  const a = await spawnGateway(file, port, admin, join(dir, 'a.log'))
+  cleanups.push(() => { a.child.kill('SIGKILL') })
+  // the first probe never answers in time: its gateway is killed while it waits
+  up.lookup = () => (up.probes.length === 1 ? { status: 200, delayMs: 400 } : undefined)
+  const first = await post(`${a.url}/accounts/acc-1/charges`, { amount: 100 }, { 'idempotency-key': 'k-killed', 'x-mode': 'hang' })
+  expect(first.status).toBe(504)
+  await until(() => up.probes.length === 1, { timeoutMs: 8000, message: 'the first probe, from gateway a' })
+  a.child.kill('SIGKILL')
+  const b = await gateway(store, settleRoute(up.url))
+  await until(async () => metric(await metrics(b.adminUrl), 'fencegate_unknown_outcomes_settled_total', { route: 'payments', by: 'probe', as: 'applied' }) === 1, { timeoutMs: 10_000, message: 'gateway b to settle the key with the next probe' })
+  expect(up.probes).toHaveLength(2)
+  const retry = await charge(b, 'k-killed')
+  expect(retry.status).toBe(200)
+  expect(retry.headers['fencegate-settled']).toBe('probe')
+  expect(up.applied.get('k-killed')).toBe(1)
+}, 30_000)
 
 describe('check-config', () => {
   const check = async (settle: unknown, path = '/accounts/:account/*') => {
