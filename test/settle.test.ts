@@ -200,6 +200,14 @@ describe.each(STORES)('settle on the %s store', (_, store) => {
   }, 20_000)
 })
 
+test('the route\'s claim names the `after` assumption and what is left to an operator', async () => {
+  const gw = await gateway({ kind: 'memory' }, settleRoute(up.url))
+  const claim = (await send(`${gw.adminUrl}/audit`)).json().routes.find((r: { route: string }) => r.route === 'payments').claim
+  expect(claim.assumptions.join('\n')).toContain('The resource applies nothing of an abandoned attempt later than 1 s after the gateway gave up')
+  expect(claim.guarantees.join('\n')).toContain('GET /accounts/{param.account}/charges?idempotencyKey={key}')
+  expect(claim.notGuaranteed.join('\n')).toContain('waits for an operator (fencegate resolve)')
+})
+
 test('a probe answer larger than maxResponseBytes: it stays unknown, counted as error, logged once', async () => {
   const route = settleRoute(up.url)
   const gw = await gateway({ kind: 'memory' }, { ...route, idempotency: { ...route.idempotency, maxResponseBytes: 16 } })
