@@ -200,6 +200,20 @@ describe.each(STORES)('settle on the %s store', (_, store) => {
   }, 20_000)
 })
 
+test('unknownOutcome: retry with undecided answers: the retry is forwarded and counted as a duplicate, after its probe had its chance', async () => {
+  const gw = await gateway({ kind: 'memory' }, settleRoute(up.url, { unknownOutcome: 'retry' }))
+  up.lookup = () => ({ status: 503 })
+  expect((await charge(gw, 'k-dup', 'hang')).status).toBe(504)
+  await new Promise((r) => setTimeout(r, 1050))
+  const retry = await charge(gw, 'k-dup')
+  expect(retry.status).toBe(201)
+  expect(up.probes.length).toBeGreaterThanOrEqual(1)
+  expect(up.applied.get('k-dup')).toBe(2)
+  const m = await metrics(gw.adminUrl)
+  expect(metric(m, 'fencegate_duplicate_forwards_total', { route: 'payments' })).toBe(1)
+  expect(metric(m, 'fencegate_settle_probes_total', { route: 'payments', answer: 'undecided' })).toBeGreaterThanOrEqual(1)
+}, 20_000)
+
 test('the route\'s claim names the `after` assumption and what is left to an operator', async () => {
   const gw = await gateway({ kind: 'memory' }, settleRoute(up.url))
   const claim = (await send(`${gw.adminUrl}/audit`)).json().routes.find((r: { route: string }) => r.route === 'payments').claim
