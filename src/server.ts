@@ -80,6 +80,8 @@ interface Generation {
   config: Config
   handle: Gateway['handle']
   pools: Pool[]
+  /** its routes' background probes (idempotency.settle), stopped when it is replaced */
+  settler: Gateway['settler']
   /** the request id header, lower case */
   idHeader: string
   /** the largest body any route accepts */
@@ -159,9 +161,10 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
 
   const generation = (c: Config, upstreamTls?: (UpstreamTls | undefined)[]): Generation => {
-    const { handle, pools } = createGateway(c, store, metrics, log, audit, watch, upstreamTls)
+    const { handle, pools, settler } = createGateway(c, store, metrics, log, audit, watch, upstreamTls)
+    settler.start()
     const idHeader = c.log.requestIdHeader.toLowerCase()
-    return { config: c, handle, pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
+    return { config: c, handle, pools, settler, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
   }
   let current = generation(config)
   // replaced generations whose requests have not all ended yet: their pools close with the last one, or at shutdown
@@ -213,6 +216,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     current = generation(c, upstreamTls) // new requests from here on; those in flight keep `previous`
     for (const r of previous.config.routes) if (!c.routes.some((n) => n.name === r.name)) recordUpstreamExpiry(metrics, r.name, undefined)
     previous.retired = true
+    previous.settler.stop()
     if (previous.active === 0) retire(previous)
     else lingering.add(previous)
     adminFetch = adminApp(c).fetch
@@ -227,6 +231,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   let closing: Promise<void> | undefined
   const close = () => (closing ??= (async () => {
     accepting = false
+    current.settler.stop()
     watch.stop()
     stopUnknown()
     const drained = new Promise<void>((r) => server.close(() => r()))

@@ -3,38 +3,10 @@
  * and bytes here, so the rest of the code never parses text. Unknown keys are errors.
  */
 import { z } from 'zod'
-import { parseDuration, parseSize } from './units.js'
+import { parseSize } from './units.js'
 import { listenerTls, storeTls, storeTlsIssues, upstreamTls } from './tls.js'
-
-// Timers in Node hold at most 2^31−1 ms; a wait longer than an hour is a mistake anyway.
-const HOUR = 3_600_000
-
-/** A duration in ms, at least 1 ms and at most `max` ms. */
-const duration = (fallback: string, max = Number.MAX_SAFE_INTEGER) =>
-  z.union([z.string(), z.number()]).default(fallback).transform((s, ctx) => {
-    const ms = typeof s === 'string' ? parseDuration(s) : undefined
-    if (ms === undefined) {
-      ctx.addIssue({ code: 'custom', message: `${JSON.stringify(s)} is not a duration (write it with its unit, e.g. 500ms, 10s, 5m, 24h, 7d)` })
-      return z.NEVER
-    }
-    if (ms < 1 || ms > max) {
-      ctx.addIssue({ code: 'custom', message: max === Number.MAX_SAFE_INTEGER ? `${s} is out of range (at least 1ms)` : `${s} is out of range (1ms to ${max / HOUR >= 1 ? `${max / HOUR}h` : `${max}ms`})` })
-      return z.NEVER
-    }
-    return ms
-  })
-
-/** A duration in ms, or undefined when the key is absent (the code picks the default). */
-const optionalDuration = (max?: number) => {
-  const d = duration('1ms', max)
-  return z.union([z.string(), z.number()]).optional().transform((s, ctx) => {
-    if (s === undefined) return undefined
-    const r = d.safeParse(s)
-    if (r.success) return r.data
-    for (const issue of r.error.issues) ctx.addIssue({ code: 'custom', message: issue.message })
-    return z.NEVER
-  })
-}
+import { settleSchema } from './settle.js'
+import { duration, headerName, HOUR, optionalDuration } from './fields.js'
 
 const size = (fallback: string) =>
   z.union([z.string(), z.number()]).default(fallback).transform((s, ctx) => {
@@ -56,7 +28,6 @@ const optionalUrl = z.preprocess((v) => (v === '' ? undefined : v), z.url({ prot
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
 const method = z.string().transform((s) => s.toUpperCase()).pipe(z.enum(METHODS, { message: `must be one of ${METHODS.join(', ')}` }))
-const headerName = z.string().regex(/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/, 'must be a valid header field name (RFC 9110 §5.1)')
 
 const fencing = z.strictObject({
   resource: z.string().min(1, 'must not be empty'),
@@ -91,6 +62,8 @@ const idempotency = z.strictObject({
    * response not stored (contract §4's default); a 2xx never qualifies
    */
   releaseStatuses: z.array(z.number().int().min(400, 'must be a 4xx or 5xx status: a 1xx-3xx response means the request was handled, so releasing its key would let a retry apply it twice').max(599, 'must be an HTTP status, 400 to 599')).default([429, 502, 503, 504]),
+  /** contract §4a: unknown outcomes settled by asking the resource; absent: they wait for an operator */
+  settle: settleSchema.optional(),
 })
 
 const route = z.strictObject({
@@ -263,3 +236,4 @@ export type Config = z.output<typeof configSchema>
 export type RouteConfig = Config['routes'][number]
 export type FencingConfig = NonNullable<RouteConfig['fencing']>
 export type IdempotencyConfig = NonNullable<RouteConfig['idempotency']>
+export type SettleConfig = NonNullable<IdempotencyConfig['settle']>
