@@ -143,7 +143,9 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
         throw new Problem('bad-request', 'The body must be JSON: {"route": "...", "key": "...", "scope": "..." (when the route has one), "as": "completed" | "failed", "reason": "..."}.')
       }
       if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"route", "key", "scope" (when the route has one), "as": "completed" | "failed", "reason"}.')
-      return c.json(await resolveKey(config, store, { ...body, by: adminActor(c.env, body.by) } as ResolveRequest))
+      const resolved = await resolveKey(config, store, { ...body, by: adminActor(c.env, body.by) } as ResolveRequest)
+      metrics.settled.inc({ route: resolved.route, by: 'operator', as: resolved.resolution === 'completed' ? 'applied' : 'not_applied' })
+      return c.json(resolved)
     })
   }
   // the audit view's shells and assets hold no data: no token (contract §5a)

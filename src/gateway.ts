@@ -12,6 +12,8 @@ import type { Pool } from 'undici'
 import type { Config } from './config/schema.js'
 import { Exchange } from './exchange.js'
 import { newFacts, type RequestFacts } from './facts.js'
+import { RouteProber } from './idempotency/settle/prober.js'
+import { Settler } from './idempotency/settle/settler.js'
 import { compileRoute, type CompiledRoute, type RouteContext } from './route.js'
 import { RouteTable } from './routing.js'
 import { Problem } from './problems.js'
@@ -38,6 +40,8 @@ export interface Gateway {
    */
   handle(incoming: IncomingMessage, outgoing: ServerResponse, url: string): Promise<void>
   pools: Pool[]
+  /** the background probes of the routes with idempotency.settle (contract §4a): start it, stop it with the generation */
+  settler: Settler
 }
 
 // A dot segment, raw or percent-encoded, between separators raw or encoded (%2F, %5C, \):
@@ -144,12 +148,15 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   /** with admin.publicUrl, a refusal names the audit view's timeline of its key or resource, where operators can reach it */
   const refusing: Refusing = { idHeader, publicUrl: config.admin.publicUrl }
   const plain: Refusing = { idHeader }
+  const probers: RouteProber[] = []
   for (const rc of config.routes) {
     const route = compileRoute(rc, config.log.requestIdHeader)
     metrics.initRoute(rc, store.kind) // every series of the route at 0, so increase() sees the first event
     const pool = createUpstream(route)
     pools.push(pool)
-    const context: RouteContext = { route, store, metrics, log, windows, pool, traceFields: traceFields(), watch, refusing }
+    const prober = rc.idempotency?.settle ? new RouteProber(route, pool, store, metrics, log, audit) : undefined
+    if (prober) probers.push(prober)
+    const context: RouteContext = { route, store, metrics, log, windows, pool, traceFields: traceFields(), watch, refusing, prober }
     table.add(rc.match.methods, rc.match.path, { route, handle: routeHandler(context) })
   }
 
@@ -185,5 +192,6 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
     log.error('unexpected error on the request path', { error: (err as Error)?.message })
     refuse({ outgoing, facts: newFacts(newId(), incoming.method ?? 'GET') }, gatewayError(), { idHeader })
   })
-  return { handle, pools }
+  const settler = new Settler(store, probers, new Map(config.routes.map((r) => [r.name, r.idempotency?.ttl ?? 0])), log)
+  return { handle, pools, settler }
 }

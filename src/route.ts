@@ -12,6 +12,7 @@ import type { Metrics } from './telemetry/metrics.js'
 import type { Logger } from './log.js'
 import type { WindowTracker } from './fencing/window-tracker.js'
 import type { Refusing } from './refuse.js'
+import type { RouteProber } from './idempotency/settle/prober.js'
 
 export interface CompiledRoute {
   name: string
@@ -75,4 +76,6 @@ export interface RouteContext {
   readonly watch?: StateWatch
   /** how the route's refusals are written (./refuse.ts) */
   readonly refusing: Refusing
+  /** `idempotency.settle`: the route's probes (src/idempotency/settle/), shared with the gateway's settler */
+  readonly prober?: RouteProber
 }

@@ -78,6 +78,8 @@ interface Generation {
   config: Config
   handle: Gateway['handle']
   pools: Pool[]
+  /** its routes' background probes (idempotency.settle), stopped when it is replaced */
+  settler: Gateway['settler']
   /** the request id header, lower case */
   idHeader: string
   /** the largest body any route accepts */
@@ -157,9 +159,10 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
 
   const generation = (c: Config): Generation => {
-    const { handle, pools } = createGateway(c, store, metrics, log, audit, watch)
+    const { handle, pools, settler } = createGateway(c, store, metrics, log, audit, watch)
+    settler.start()
     const idHeader = c.log.requestIdHeader.toLowerCase()
-    return { config: c, handle, pools, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
+    return { config: c, handle, pools, settler, idHeader, largest: Math.max(...c.routes.map((r) => r.maxRequestBytes)), active: 0, retired: false }
   }
   let current = generation(config)
   // replaced generations whose requests have not all ended yet: their pools close with the last one, or at shutdown
@@ -205,6 +208,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     const previous = current
     current = generation(c) // new requests from here on; those in flight keep `previous`
     previous.retired = true
+    previous.settler.stop()
     if (previous.active === 0) retire(previous)
     else lingering.add(previous)
     adminFetch = adminApp(c).fetch
@@ -219,6 +223,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   let closing: Promise<void> | undefined
   const close = () => (closing ??= (async () => {
     accepting = false
+    current.settler.stop()
     watch.stop()
     stopUnknown()
     const drained = new Promise<void>((r) => server.close(() => r()))

@@ -39,6 +39,7 @@ import { respondReplay } from '../forward/respond.js'
 import { decide, type Decision, type KeyInput } from './decide.js'
 import { ANSWERED, Pass } from './pass.js'
 import { newId } from '../ids.js'
+import { ClaimSettle } from './settle.js'
 
 export { decide, type Decision, type FenceAnswer, type KeyInput, type ClaimAnswer } from './decide.js'
 export { Pass, UNGUARDED } from './pass.js'
@@ -58,6 +59,8 @@ export class Admission {
   readonly #waitForInFlight: boolean
   readonly #windows: RouteWindows | undefined
   readonly #claims: RouteClaims | undefined
+  /** idempotency.settle: the claim's probe request, and a retry's probe of an unknown outcome */
+  readonly #settle: ClaimSettle | undefined
 
   constructor(context: RouteContext) {
     const route = this.#route = context.route
@@ -72,6 +75,7 @@ export class Admission {
     this.#waitForInFlight = route.config.idempotency?.inFlight === 'wait'
     this.#windows = route.fencing ? new RouteWindows(context) : undefined
     this.#claims = route.idempotency ? new RouteClaims(context) : undefined
+    this.#settle = context.prober ? new ClaimSettle(context) : undefined
   }
 
   /**
@@ -158,7 +162,11 @@ export class Admission {
     f.keyHash = key.keyHash
     f.fingerprint = key.fingerprint
     const claimId = newId()
-    const req: ClaimRequest = { fingerprint: key.fingerprint, claimId, leaseMs: cfg.lease, ttlMs: cfg.ttl, retryUnknown: cfg.unknownOutcome === 'retry' }
+    const settle = this.#settle
+    // on a settle route a retry's probe comes before any takeover (./settle.ts)
+    const req: ClaimRequest = { fingerprint: key.fingerprint, claimId, leaseMs: cfg.lease, ttlMs: cfg.ttl, retryUnknown: cfg.unknownOutcome === 'retry' && settle === undefined }
+    let probed = settle === undefined
+    if (settle) req.probe = settle.probeOf(x, key.recordKey)
     const deadline = Date.now() + this.#upstreamTimeout
     for (let pause = 10; ; pause = Math.min(pause * 2, 250)) {
       let fenced: FenceAnswer | undefined
@@ -172,6 +180,15 @@ export class Admission {
         result = admitted.claim!
       } else {
         result = await this.#store.claim(key.recordKey, req, Date.now())
+      }
+      if (result.kind === 'unknown' && !probed) {
+        // once: the probe settles the record (then the claim again replays it, or claims it as
+        // new), or it stays unknown and the claim again gets what unknownOutcome says
+        probed = true
+        if (result.abandoned) claims.noteFindings(f, result)
+        await settle!.probeNow(key.recordKey)
+        req.retryUnknown = cfg.unknownOutcome === 'retry'
+        continue
       }
       claims.noteFindings(f, result)
       const now = Date.now()

@@ -7,6 +7,7 @@
 import type { Config, RouteConfig } from '../config/schema.js'
 import { formatDuration, formatSize } from '../config/units.js'
 import type { DoctorReport } from '../store/index.js'
+import { human } from './human.js'
 
 export interface Claim {
   guarantees: string[]
@@ -114,6 +115,7 @@ export function claimFor(route: RouteConfig, store: Config['store'], measured: r
       out.guarantees.push('At least once per key: after an attempt whose outcome is unknown, the next attempt with the key is forwarded again with the same key (unknownOutcome: retry).')
       out.notGuaranteed.push(`Exactly once: a key forwarded again after an unknown outcome may take effect twice unless the upstream deduplicates by the forwarded ${header}; each such forward is counted in duplicateForwards.`)
     }
+    if (i.settle) settleSentences(i.settle, i.ttl, out)
     out.assumptions.push(`An attempt that has not finished within ${formatDuration(i.lease)} (idempotency.lease) is taken as abandoned and its outcome as unknown; the upstream should not still apply a request that old. Leases are measured on ${store.kind === 'redis' || store.kind === 'postgres' ? 'the store\'s clock (Redis TIME, PostgreSQL clock_timestamp(), read inside the script or function that decides), so replicas sharing the store need not agree on the time; the store\'s own clock must not jump' : store.kind === 'sqlite' ? 'the clock of the one host every gateway sharing the file runs on' : 'this process\'s clock'}.`)
     out.notGuaranteed.push(`After ${formatDuration(i.ttl)} (idempotency.ttl) a key is forgotten: a retry later than that is forwarded as a new request.`)
     const deduplicated: readonly string[] = i.methods
@@ -123,6 +125,14 @@ export function claimFor(route: RouteConfig, store: Config['store'], measured: r
   storeSentences(store, out)
   out.assumptions.push(...measured)
   return out
+}
+
+/** The sentences of `idempotency.settle` (contract §4a): the probe, and the assumption its answers rest on. */
+function settleSentences(st: NonNullable<NonNullable<RouteConfig['idempotency']>['settle']>, ttl: number, out: Claim): void {
+  const after = formatDuration(st.after)
+  out.guarantees.push(`Unknown outcomes are settled by asking the resource (idempotency.settle): ${after} after an outcome became unknown, and then backing off up to every ${formatDuration(st.every)} for ${formatDuration(st.for ?? ttl)}, one gateway sharing the store sends ${st.probe.method} ${st.probe.path}; ${list(st.probe.applied.map(String), 'or')} settles it as applied (the probe's answer is stored and replayed with Fencegate-Settled: probe)${st.probe.notApplied.length ? `, ${list(st.probe.notApplied.map(String), 'or')} as not applied (the key's next attempt is forwarded as a first attempt)` : ''}; any other answer leaves it unknown. A retry once ${after} passed probes at once.`)
+  out.assumptions.push(`The resource applies nothing of an abandoned attempt later than ${human(st.after)} after the gateway gave up (idempotency.settle.after: ${after}), and its lookup answers truthfully from what it applied: a probe that says "not applied" before a late write lands would let the key's next attempt apply it a second time.`)
+  out.notGuaranteed.push(`An unknown outcome the probes do not settle within ${formatDuration(st.for ?? ttl)} (idempotency.settle.for), or whose lookup keeps giving other answers, waits for an operator (fencegate resolve).`)
 }
 
 /** The claim's sentences from the store's settings (`fencegate doctor`'s findings): its `measured` assumptions. */

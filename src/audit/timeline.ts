@@ -124,7 +124,8 @@ export function formatTimeline(t: Timeline): string {
   /** per resource, the highest token accepted so far in the timeline: who a stale writer was late for */
   const accepted = new Map<string, bigint>()
   const lines = t.entries.map((e) => {
-    if (e.kind === 'resolve') return `${e.time}  ${e.route}  resolved as ${e.resolution} by ${e.by ?? e.replica}${e.reason ? `  reason: ${e.reason}` : ''}`
+    if (e.kind === 'resolve') return `${e.time}  ${e.route}  ${e.by === 'probe' ? 'settled' : 'resolved'} as ${e.resolution} by ${e.by ?? e.replica}${e.reason ? `  reason: ${e.reason}` : ''}${e.by === 'probe' ? `  replica ${e.replica}` : ''}`
+    if (e.kind === 'probe') return [e.time, e.route, `probe ${e.method ?? ''}`.trim(), e.upstreamStatus, `answer ${e.result}`, e.upstreamMs !== undefined ? human(e.upstreamMs) : '', e.reason, e.requestId ? `settles request ${e.requestId}` : '', `replica ${e.replica}`].filter((x) => x !== undefined && x !== '').join('  ')
     const flags = [e.unknown && `unknown(${e.unknown})`, e.abandoned && 'found-abandoned', e.duplicate && 'duplicate', e.overtaken && 'overtaken'].filter(Boolean).join(' ')
     let late = ''
     if (e.resource !== undefined && e.token !== undefined && /^\d+$/.test(e.token)) {

@@ -10,6 +10,7 @@ import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { AuditEntry, Store, UnknownReason, UnknownRecord } from '../store/index.js'
 import { keyHashOf } from '../idempotency/record-key.js'
+import { nextProbeAt } from '../idempotency/settle/settler.js'
 
 /** One unknown outcome as listed (contract §8 `{"unknown": [...]}`). */
 export interface UnknownOutcome {
@@ -27,6 +28,10 @@ export interface UnknownOutcome {
   requestId?: string
   /** RFC 3339: when the record expires and the key is taken as new */
   expires: string
+  /** idempotency.settle (contract §4a): how many probes were sent */
+  probes?: number
+  /** idempotency.settle: RFC 3339, when the next probe is due; null when probing ended (or the record holds no probe): an operator's turn */
+  nextProbe?: string | null
 }
 
 /** At most this many records are listed (the store's default limit). */
@@ -46,12 +51,19 @@ export async function listUnknown(config: Config, store: Store, now = Date.now()
     for (const e of entries) if (e.keyHash && (e.unknown || e.abandoned)) told.set(`${e.route}\n${e.keyHash}`, e)
   }
   const ttl = new Map(config.routes.map((r) => [r.name, r.idempotency?.ttl]))
+  const settles = new Map(config.routes.flatMap((r) => (r.idempotency?.settle ? [[r.name, r.idempotency.settle] as const] : [])))
   const out = records.map((r, i): UnknownOutcome & { at: number } => {
     const e = told.get(`${r.key.route}\n${hashes[i]}`)
     const own = e?.unknown !== undefined // written by the attempt itself, not by a later one that found it abandoned
     const at = since(r, e, ttl.get(r.key.route))
     const u: UnknownOutcome & { at: number } = { at, route: r.key.route, keyHash: hashes[i], since: new Date(at).toISOString(), reason: r.reason, expires: new Date(r.expiresAt).toISOString() }
     if (e?.resource) u.resource = e.resource
+    const settle = settles.get(r.key.route)
+    if (settle) {
+      u.probes = r.probes ?? 0
+      const next = nextProbeAt(r, { afterMs: settle.after, forMs: settle.for ?? ttl.get(r.key.route)!, ttlMs: ttl.get(r.key.route)! })
+      u.nextProbe = next === null ? null : new Date(next).toISOString()
+    }
     if (own) {
       u.replica = e.replica
       if (e.traceId) u.traceId = e.traceId

@@ -8,6 +8,8 @@
 import type { Config, RouteConfig } from './schema.js'
 import type { Parts } from './salvage.js'
 import { compileTemplate, pathParams } from './template.js'
+import { compileProbeTemplate } from './probe-template.js'
+import { HOP_BY_HOP } from '../hop-by-hop.js'
 
 /** One finding: its YAML path and the message. */
 export interface Finding { path: PropertyKey[]; message: string }
@@ -103,6 +105,7 @@ export function routeFindings(r: RouteParts, i: number): Finding[] {
       out.push({ path: at('idempotency', 'ttl'), message: `ttl (${ttl} ms) must be at least lease (${lease} ms): the key would be forgotten while its first request is still in flight` })
     }
     template(r.idempotency.scope, 'idempotency', 'scope')
+    if (r.idempotency.settle) out.push(...settleFindings(r.idempotency.settle, params, at))
     const keyed = r.idempotency.methods
     if (keyed && methods !== null) {
       const admitted = routedMethods(methods)
@@ -115,6 +118,27 @@ export function routeFindings(r: RouteParts, i: number): Finding[] {
     out.push({ path: at('match', 'methods'), message: 'HEAD alone never matches: HEAD requests are routed as GET (to routes listing GET). List GET too, or both' })
   }
   out.push(...upstreamUrlFindings(r.upstream?.url, i))
+  return out
+}
+
+/**
+ * `idempotency.settle` (contract §4a): the probe's templates name only what the request has, its
+ * headers are ones the gateway does not set itself.
+ */
+function settleFindings(s: NonNullable<RouteParts['idempotency']>['settle'] & object, params: string[] | undefined, at: (...p: PropertyKey[]) => PropertyKey[]): Finding[] {
+  const out: Finding[] = []
+  const probe = s.probe
+  if (probe && params) {
+    const check = (text: unknown, inPath: boolean, ...p: PropertyKey[]) => {
+      if (typeof text !== 'string') return
+      try { compileProbeTemplate(text, params, inPath) } catch (e) { out.push({ path: at('idempotency', 'settle', 'probe', ...p), message: (e as Error).message }) }
+    }
+    check(probe.path, true, 'path')
+    for (const [name, text] of Object.entries(probe.headers ?? {})) {
+      if (HOP_BY_HOP.has(name.toLowerCase()) || name.toLowerCase() === 'host') out.push({ path: at('idempotency', 'settle', 'probe', 'headers', name), message: `${name} is set by the gateway on every upstream request (hop-by-hop or Host): a probe cannot carry its own` })
+      else check(text, false, 'headers', name)
+    }
+  }
   return out
 }
 

@@ -76,6 +76,39 @@ const fencing = z.strictObject({
   serializeWait: optionalDuration(HOUR),
 })
 
+const status = z.number().int().min(100, 'must be an HTTP status, 100 to 599').max(599, 'must be an HTTP status, 100 to 599')
+// never a method that changes state (RFC 9110 §9.2.1 safe methods)
+const PROBE_METHODS = ['GET', 'HEAD', 'OPTIONS'] as const
+
+/**
+ * `idempotency.settle` (contract §4a): the lookup that asks the resource whether an attempt whose
+ * outcome is unknown took effect; `after`, `every` and `for` in ms (`for` undefined: the record's ttl).
+ */
+const settle = z.strictObject({
+  probe: z.strictObject({
+    method: z.string().default('GET').transform((s, ctx) => {
+      const m = s.toUpperCase()
+      if ((PROBE_METHODS as readonly string[]).includes(m)) return m as typeof PROBE_METHODS[number]
+      ctx.addIssue({ code: 'custom', message: `must be GET, HEAD or OPTIONS, not ${JSON.stringify(s)}: a probe only asks, never a method that changes state (it could apply the very effect it looks for)` })
+      return z.NEVER
+    }),
+    path: z.string().startsWith('/', 'must start with "/" (the probe goes to the route\'s upstream origin)'),
+    headers: z.record(headerName, z.string()).optional(),
+    applied: z.array(status).min(1, 'must list at least one status: the answer that says the first attempt took effect'),
+    notApplied: z.array(status).default([]),
+  }),
+  after: duration('2s', HOUR),
+  every: duration('30s', HOUR),
+  for: optionalDuration(),
+}).superRefine((s, ctx) => {
+  if (s.after < 1000) ctx.addIssue({ code: 'custom', path: ['after'], message: `must be at least 1s (${s.after} ms given): it is the stated assumption that the resource applies nothing of an abandoned attempt later than this after the gateway gave up, and a shorter one would settle a write still on its way` })
+  if (s.every < s.after) ctx.addIssue({ code: 'custom', path: ['every'], message: `must be at least after (${s.after} ms): later probes back off from after up to every` })
+  const applied = new Set(s.probe.applied)
+  s.probe.notApplied.forEach((st, i) => {
+    if (applied.has(st)) ctx.addIssue({ code: 'custom', path: ['probe', 'notApplied', i], message: `${st} is in probe.applied too: one answer cannot say both that the attempt took effect and that it did not` })
+  })
+})
+
 const idempotency = z.strictObject({
   keyHeader: headerName.default('Idempotency-Key'),
   required: z.boolean().default(false),
@@ -91,6 +124,8 @@ const idempotency = z.strictObject({
    * response not stored (contract §4's default); a 2xx never qualifies
    */
   releaseStatuses: z.array(z.number().int().min(400, 'must be a 4xx or 5xx status: a 1xx-3xx response means the request was handled, so releasing its key would let a retry apply it twice').max(599, 'must be an HTTP status, 400 to 599')).default([429, 502, 503, 504]),
+  /** contract §4a: unknown outcomes settled by asking the resource; absent: they wait for an operator */
+  settle: settle.optional(),
 })
 
 const route = z.strictObject({
@@ -263,3 +298,4 @@ export type Config = z.output<typeof configSchema>
 export type RouteConfig = Config['routes'][number]
 export type FencingConfig = NonNullable<RouteConfig['fencing']>
 export type IdempotencyConfig = NonNullable<RouteConfig['idempotency']>
+export type SettleConfig = NonNullable<IdempotencyConfig['settle']>

@@ -124,11 +124,12 @@ export class Claim {
    */
   async record(o: UpstreamResult): Promise<void> {
     const { r, f, key, claimId } = this
-    const { store, cfg: { ttl, releaseStatuses } } = r
+    const { store, cfg: { ttl, releaseStatuses, settle } } = r
     this.#kept.stop() // the record leaves in_flight now
     try {
       if (o.kind === 'failed') {
-        if (o.sent) return await store.finish(key, claimId, { kind: 'unknown', reason: o.reason }, ttl, Date.now())
+        // idempotency.settle: the first probe is due `after` from now, on the store's clock
+        if (o.sent) return await store.finish(key, claimId, settle ? { kind: 'unknown', reason: o.reason, probeInMs: settle.after } : { kind: 'unknown', reason: o.reason }, ttl, Date.now())
         r.count(f, 'released')
         await store.release(key, claimId)
         return

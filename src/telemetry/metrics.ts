@@ -17,10 +17,10 @@
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
 import type { Config, RouteConfig } from '../config/schema.js'
-import { PROBLEMS, type ProblemName } from '../problems.js'
 import { FENCING_REASONS, IDEMPOTENCY_RESULTS, UNKNOWN_REASONS, type StoreLimit } from '../outcomes.js'
 import { traceExemplar, tracingOn } from './tracing.js'
 import { counterSeries, histogramSeries } from './series.js'
+import { gatewayAnswers, zeroOnce, SETTLED_AS, SETTLED_BY, PROBE_ANSWER_LABELS } from './route-series.js'
 
 /** The `store` label: the configured store kind (contract §2). */
 type StoreKind = Config['store']['kind']
@@ -46,48 +46,6 @@ export const RELOAD_RESULTS = ['applied', 'refused'] as const
  * (test/dashboard.test.ts compares this list with guardStore's calls).
  */
 export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'take_probe', 'settle', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
-/** The methods a route without `match.methods` is counted under at start-up (the config's method list). */
-const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
-
-/**
- * The answers a route's requests can get from the gateway itself, by method: the problem types
- * (status and outcome from src/problems.ts) its features can produce. Forwarded and replayed
- * answers carry the upstream's status, which no list can hold; they are counted when they happen.
- */
-function gatewayAnswers(r: RouteConfig): { method: string; code: string; outcome: string }[] {
-  const methods: readonly string[] = r.match.methods ?? METHODS
-  const keyed = new Set<string>(r.idempotency?.methods.filter((m) => methods.includes(m)))
-  const out = new Map<string, { method: string; code: string; outcome: string }>()
-  const add = (method: string, ...names: ProblemName[]) => {
-    for (const name of names) {
-      const { status, outcome } = PROBLEMS[name]
-      out.set(`${method} ${status} ${outcome}`, { method, code: String(status), outcome })
-    }
-  }
-  for (const method of methods) {
-    add(method, 'upstream-unavailable', 'upstream-timeout')
-    if (r.fencing) {
-      add(method, 'fencing-token-required', 'fencing-token-malformed', 'fencing-resource-missing', 'stale-fencing-token', 'store-unavailable', 'store-state-lost')
-      if (r.fencing.serialize) add(method, 'serialize-timeout')
-    }
-    if (keyed.has(method)) {
-      add(method, 'idempotency-key-required', 'idempotency-key-malformed', 'idempotency-key-reused', 'request-in-flight', 'outcome-unknown', 'response-not-stored', 'store-unavailable', 'store-state-lost')
-    }
-  }
-  return [...out.values()]
-}
-
-/**
- * `h.zero(labels)` unless the labelset already has observations: prom-client's zero() replaces
- * them (store calls are timed before the routes are set up, a config reload sets routes up again).
- */
-function zeroOnce<T extends string>(h: Histogram<T>, labels: LabelValues<T>): void {
-  const present = Object.values((h as unknown as { hashMap: Record<string, { labels: LabelValues<T> }> }).hashMap)
-  const keys = Object.keys(labels) as T[]
-  if (present.some((v) => keys.every((k) => String(v.labels[k]) === String(labels[k])) && Object.keys(v.labels).length === keys.length)) return
-  h.zero(labels)
-}
-
 /**
  * A histogram whose observations carry the active sampled span as an exemplar, with the plain
  * `observe(labels, value)` and `startTimer()` calls of any histogram.
@@ -175,6 +133,8 @@ export function createMetrics(version: string) {
       name: 'fencegate_fencing_tracked_resources', help: 'Fencing resources with at least one request tracked in flight by this process (the size of the in-flight map).', registers: [registry],
       collect() { this.set(windows?.resources ?? 0) },
     }),
+    settled: new Counter({ name: 'fencegate_unknown_outcomes_settled_total', help: 'Unknown outcomes settled (contract §4a): by probe (the resource answered idempotency.settle\'s lookup), operator (fencegate resolve through this gateway\'s admin API), or expiry; as applied (the effect happened) or not_applied.', labelNames: ['route', 'by', 'as'] as const, registers: [registry] }),
+    settleProbes: new Counter({ name: 'fencegate_settle_probes_total', help: 'Probes sent to ask the resource whether an attempt whose outcome is unknown took effect (idempotency.settle), by answer: applied, not_applied, undecided (another status), error (no answer, or one larger than maxResponseBytes).', labelNames: ['route', 'answer'] as const, registers: [registry] }),
     duplicateForwards: new Counter({ name: 'fencegate_duplicate_forwards_total', help: 'Keys forwarded again after an unknown outcome (unknownOutcome: retry): possible duplicate effects.', labelNames: ['route'] as const, registers: [registry] }),
     storeDuration: new TimedHistogram({ name: 'fencegate_store_duration_seconds', help: 'Store operation time, seconds.', labelNames: ['store', 'op'] as const, buckets: BUCKETS, registers: [registry] }),
     storeErrors: new Counter({ name: 'fencegate_store_errors_total', help: 'Store operations that failed or timed out; requests depending on them were refused (503).', labelNames: ['store', 'op'] as const, registers: [registry] }),
@@ -246,6 +206,9 @@ export function createMetrics(version: string) {
       m.duplicateForwards.inc({ route }, 0)
       m.idempotencyEvicted.inc({ route }, 0)
       m.idempotencyLease.set({ route }, r.idempotency.lease / 1000)
+      for (const by of SETTLED_BY) for (const as of SETTLED_AS) m.settled.inc({ route, by, as }, 0)
+      // every idempotent route, settle or not: a panel over all routes has a series, and settle can be turned on by a reload
+      for (const answer of PROBE_ANSWER_LABELS) m.settleProbes.inc({ route, answer }, 0)
     }
   }
   /**

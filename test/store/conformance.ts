@@ -17,6 +17,7 @@ import { afterEach, describe, expect, test } from 'vitest'
 import { StoreError, StoreWentBack, type AuditEntry, type ClaimRequest, type ClaimResult, type LossNote, type RecordKey, type Registration, type Store, type StoredResponse, type UnknownReason } from '../../src/store/index.js'
 import { randomUUID } from 'node:crypto'
 import { describeRelease } from './conformance-give-back.js'
+import { describeSettle } from './conformance-settle.js'
 
 export type Cleanup = () => Promise<void> | void
 
@@ -526,6 +527,7 @@ export function describeStoreConformance(
     })
 
     describeRelease(open)
+    describeSettle(open)
 
     describe('renew (the gateway keeps its live claim)', () => {
       test('renewing moves the lease end: the record stays in flight past its first lease, then lapses without renewal', async () => {

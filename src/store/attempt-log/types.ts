@@ -11,9 +11,13 @@ export interface AuditEntry {
   time: number
   /**
    * `attempt`: a request; `resolve`: `fencegate resolve` (CLI or admin) settled a key;
-   * `accept-loss`: `fencegate store accept-loss` (CLI or admin) accepted a store's lost state
+   * `accept-loss`: `fencegate store accept-loss` (CLI or admin) accepted a store's lost state;
+   * `probe`: a probe of `idempotency.settle` asked the resource about the key's unknown outcome
+   * (`result` its answer: applied, not_applied, undecided, error; `upstreamStatus`, `upstreamMs`,
+   * `requestId` of the attempt it settles, `reason` what went wrong). A settlement by probe is a
+   * `resolve` entry with `by` "probe".
    */
-  kind: 'attempt' | 'resolve' | 'accept-loss'
+  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe'
   /** hostname:pid of the gateway process (or the CLI) that wrote it */
   replica: string
   route: string

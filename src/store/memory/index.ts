@@ -9,10 +9,11 @@
  * one counted (./records.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { decideClaim, decideFinish, decideRelease, decideResolve, mayRenew, parseRecordId } from '../shared/record-state.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, decideSettle, decideTakeProbe, mayRenew, parseRecordId } from '../shared/record-state.js'
+import { unknownOf } from '../shared/unknown-record.js'
 import { recordId } from '../shared/record-state.js'
 import { closedError, storeError } from '../shared/call.js'
-import { StoreError, StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import { MemoryAuditLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
 import { RecordTable } from './records.js'
@@ -180,13 +181,24 @@ export class MemoryStore implements Store {
     })
   }
 
-  // TODO(settle): the engine's takeProbe and settle (contract §4a)
-  takeProbe(_key: RecordKey, _p: { seen: number; afterMs: number; nextInMs: number }, _now: number): Promise<ProbeTake> {
-    return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe'))
+  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> {
+    return this.#write('take_probe', () => {
+      const id = recordId(key)
+      const { result, write } = decideTakeProbe(this.#records.heldRecord(id), p, now)
+      // a held record replaced by a held one: no room to make
+      if (write) this.#records.put(id, write, now, 'take_probe')
+      return result
+    })
   }
 
-  settle(_key: RecordKey, _probes: number, _as: Settlement, _ttlMs: number, _now: number): Promise<SettleResult> {
-    return Promise.reject(new StoreError('settle is not built on this store yet', 'settle'))
+  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> {
+    return this.#write('settle', () => {
+      const id = recordId(key)
+      const { result, write } = decideSettle(this.#records.heldRecord(id), probes, as, ttlMs, now)
+      if (write === null) this.#records.delete(id)
+      else if (write) this.#records.put(id, write, now, 'settle')
+      return result
+    })
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
@@ -210,7 +222,7 @@ export class MemoryStore implements Store {
         if (r.state !== 'unknown' && !crashed) continue
         const key = parseRecordId(id)
         if (route !== undefined && key.route !== route) continue
-        out.push({ key, reason: crashed ? 'crash' : r.reason ?? 'crash', leaseUntil: r.leaseUntil, expiresAt: r.expiresAt })
+        out.push(unknownOf(key, r, crashed))
       }
       return out
     })

@@ -9,8 +9,10 @@
  *   unknown(crash) its own lease made --release by that claim--> as release of in_flight
  *   unknown --claim with retryUnknown--> in_flight (a possible duplicate effect)
  *   unknown | in_flight past lease --resolve failed--> (none)   --resolve completed--> not_stored (status 0)
+ *   unknown (with a probe) | in_flight past lease --takeProbe due--> unknown, probes + 1
+ *   unknown with that probe count --settle applied--> completed   --settle not_applied--> (none)
  */
-import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownReason } from '../contract/store.js'
+import type { ClaimRequest, ClaimResult, Completion, ProbeTake, RecordKey, ReleaseResult, Resolution, ResolveResult, Settlement, SettleResult, StoredResponse, UnknownReason } from '../contract/store.js'
 
 /**
  * The one string a record is stored under: route, scope and key, each on its own line. The
@@ -48,6 +50,19 @@ export interface IdemRecord {
    * claim took over (`ClaimResult.after`), which `release` puts back
    */
   after?: UnknownReason
+  /** in_flight and unknown: the filled probe request of `idempotency.settle` (ClaimRequest.probe) */
+  probe?: string
+  /** unknown: how many probes were taken (Store.takeProbe); absent before the first */
+  probes?: number
+  /** unknown: when the next probe is due, epoch ms; absent before the first of a lapsed lease */
+  nextProbe?: number
+  /**
+   * in_flight that took over an unknown outcome (`after`): that outcome's probe fields, which
+   * `release` puts back with it
+   */
+  afterProbe?: string
+  afterProbes?: number
+  afterNext?: number
 }
 
 /** Decides a claim on the record found (or not) under the key; `write` is the record to store. */
@@ -58,7 +73,14 @@ export function decideClaim(
 ): { result: ClaimResult; write?: IdemRecord } {
   const fresh = (after?: UnknownReason): IdemRecord => {
     const r: IdemRecord = { state: 'in_flight', fingerprint: req.fingerprint, claimId: req.claimId, leaseUntil: now + req.leaseMs, expiresAt: now + req.ttlMs }
-    if (after) r.after = after
+    if (req.probe !== undefined) r.probe = req.probe
+    if (after) {
+      // what release puts back: the unknown outcome taken over, probe fields and all
+      r.after = after
+      if (found!.probe !== undefined) r.afterProbe = found!.probe
+      if (found!.probes !== undefined) r.afterProbes = found!.probes
+      if (found!.nextProbe !== undefined) r.afterNext = found!.nextProbe
+    }
     return r
   }
   if (!found || found.expiresAt <= now) return { result: { kind: 'claimed' }, write: fresh() }
@@ -93,7 +115,14 @@ export function decideFinish(found: IdemRecord | undefined, claimId: string, don
   switch (done.kind) {
     case 'completed': return { state: 'completed', fingerprint, claimId, leaseUntil: 0, expiresAt, response: done.response }
     case 'not_stored': return { state: 'not_stored', fingerprint, claimId, leaseUntil: 0, expiresAt, status: done.status }
-    case 'unknown': return { state: 'unknown', fingerprint, claimId, leaseUntil: 0, expiresAt, reason: done.reason }
+    case 'unknown': {
+      const r: IdemRecord = { state: 'unknown', fingerprint, claimId, leaseUntil: 0, expiresAt, reason: done.reason }
+      if (found.probe !== undefined) {
+        r.probe = found.probe
+        if (done.probeInMs !== undefined) r.nextProbe = now + done.probeInMs
+      }
+      return r
+    }
   }
 }
 
@@ -120,10 +149,11 @@ export function decideRelease(found: IdemRecord | undefined, claimId: string): {
   if (found.state !== 'in_flight' && !wasLapsed) return { result: { kind: 'not_held' } }
   const l = wasLapsed ? { lapsed: true as const } : {}
   if (!found.after) return { result: { kind: 'released', ...l }, write: null }
-  return {
-    result: { kind: 'restored', ...l },
-    write: { state: 'unknown', fingerprint: found.fingerprint, claimId, leaseUntil: 0, expiresAt: found.expiresAt, reason: found.after },
-  }
+  const back: IdemRecord = { state: 'unknown', fingerprint: found.fingerprint, claimId, leaseUntil: 0, expiresAt: found.expiresAt, reason: found.after }
+  if (found.afterProbe !== undefined) back.probe = found.afterProbe
+  if (found.afterProbes !== undefined) back.probes = found.afterProbes
+  if (found.afterNext !== undefined) back.nextProbe = found.afterNext
+  return { result: { kind: 'restored', ...l }, write: back }
 }
 
 /**
@@ -142,4 +172,40 @@ export function decideResolve(found: IdemRecord | undefined, as: Resolution, ttl
     result: { kind: 'resolved', reason },
     write: { state: 'not_stored', fingerprint: found.fingerprint, claimId: found.claimId, leaseUntil: 0, expiresAt: now + ttlMs, status: 0 },
   }
+}
+
+/**
+ * `Store.takeProbe` (contract §4a): `write` is the record to store, undefined when nothing is
+ * written (`not_due`). Taken from an unknown record holding a probe with `seen` probes so far, or
+ * an in-flight one past its lease (it becomes unknown, reason crash, leaseUntil and claimId kept
+ * so its holder's release can still undo it), once due: at `nextProbe`, else `afterMs` past the
+ * lapsed lease (0 for one finished as unknown without a first probe time: due at once).
+ */
+export function decideTakeProbe(
+  found: IdemRecord | undefined,
+  p: { seen: number; afterMs: number; nextInMs: number },
+  now: number,
+): { result: ProbeTake; write?: IdemRecord } {
+  const notDue = { result: { kind: 'not_due' as const } }
+  if (!found || found.expiresAt <= now || found.probe === undefined) return notDue
+  const abandoned = found.state === 'in_flight'
+  if (abandoned ? found.leaseUntil > now : found.state !== 'unknown') return notDue
+  if ((found.probes ?? 0) !== p.seen) return notDue
+  if ((found.nextProbe ?? found.leaseUntil + p.afterMs) > now) return notDue
+  const reason = abandoned ? 'crash' : found.reason ?? 'crash'
+  const probes = p.seen + 1
+  const write: IdemRecord = { ...found, state: 'unknown', reason, probes, nextProbe: now + p.nextInMs }
+  return { result: abandoned ? { kind: 'taken', probe: found.probe, probes, reason, abandoned: true } : { kind: 'taken', probe: found.probe, probes, reason }, write }
+}
+
+/**
+ * `Store.settle` (contract §4a): `write` a completed record (`applied`), `null` to delete it
+ * (`not_applied`), undefined to leave it (`moved`). Only an unexpired unknown record whose probe
+ * count is `probes` is settled: a resolve, a takeover or a later probe changed one of those.
+ */
+export function decideSettle(found: IdemRecord | undefined, probes: number, as: Settlement, ttlMs: number, now: number): { result: SettleResult; write?: IdemRecord | null } {
+  if (!found || found.expiresAt <= now || found.state !== 'unknown' || (found.probes ?? 0) !== probes) return { result: { kind: 'moved' } }
+  const result: SettleResult = { kind: 'settled', reason: found.reason ?? 'crash' }
+  if (as.kind === 'not_applied') return { result, write: null }
+  return { result, write: { state: 'completed', fingerprint: found.fingerprint, claimId: found.claimId, leaseUntil: 0, expiresAt: now + ttlMs, response: as.response } }
 }

@@ -28,7 +28,7 @@
 import type { Database as Db } from 'better-sqlite3'
 import { recordId } from '../shared/record-state.js'
 import { storeCall } from '../shared/call.js'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type OlderWrites, type ProbeTake, type RecordKey, type Registration, type ReleaseResult, type Resolution, type ResolveResult, type Settlement, type SettleResult, type Store, type UnknownRecord } from '../contract/store.js'
+import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, ClaimResult, Completion, FenceResult, OlderWrites, ProbeTake, RecordKey, Registration, ReleaseResult, Resolution, ResolveResult, Settlement, SettleResult, Store, UnknownRecord } from '../contract/store.js'
 import { busyWhy, retryWhileBusy } from './busy.js'
 import { openFile } from './file.js'
 import { GroupCommit } from './group-commit.js'
@@ -195,13 +195,12 @@ export class SqliteStore implements Store {
     return this.#write('release', () => this.#ops.release(recordId(key), claimId))
   }
 
-  // TODO(settle): the engine's takeProbe and settle (contract §4a)
-  takeProbe(_key: RecordKey, _p: { seen: number; afterMs: number; nextInMs: number }, _now: number): Promise<ProbeTake> {
-    return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe'))
+  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> {
+    return this.#write('take_probe', () => this.#ops.takeProbe(recordId(key), p, now))
   }
 
-  settle(_key: RecordKey, _probes: number, _as: Settlement, _ttlMs: number, _now: number): Promise<SettleResult> {
-    return Promise.reject(new StoreError('settle is not built on this store yet', 'settle'))
+  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> {
+    return this.#write('settle', () => this.#ops.settle(recordId(key), probes, as, ttlMs, now))
   }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {

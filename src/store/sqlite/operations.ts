@@ -10,8 +10,9 @@
  * group commit still commit. `admit` writes with two (fence, then claim): see there.
  */
 import type { Database as Db, Statement } from 'better-sqlite3'
-import { decideClaim, decideFinish, decideRelease, decideResolve, parseRecordId, type IdemRecord } from '../shared/record-state.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration, ReleaseResult, Resolution, ResolveResult, UnknownReason, UnknownRecord } from '../contract/store.js'
+import { decideClaim, decideFinish, decideRelease, decideResolve, decideSettle, decideTakeProbe, parseRecordId, type IdemRecord } from '../shared/record-state.js'
+import { unknownOf } from '../shared/unknown-record.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, ProbeTake, Registration, ReleaseResult, Resolution, ResolveResult, Settlement, SettleResult, UnknownRecord } from '../contract/store.js'
 import { FENCES, RECORDS, REGISTRATIONS } from './sql.js'
 
 interface RecordRow {
@@ -25,7 +26,16 @@ interface RecordRow {
   body: Buffer | null
   reason: IdemRecord['reason'] | null
   after_reason: IdemRecord['after'] | null
+  probe: string | null
+  probes: number | null
+  next_probe: number | null
+  after_probe: string | null
+  after_probes: number | null
+  after_next: number | null
 }
+
+/** an optional field of the record from a nullable column (a file from before the column reads it null) */
+const opt = <T>(v: T | null | undefined): T | undefined => v ?? undefined
 
 const toRecord = (r: RecordRow | undefined): IdemRecord | undefined => r && {
   state: r.state,
@@ -36,6 +46,12 @@ const toRecord = (r: RecordRow | undefined): IdemRecord | undefined => r && {
   status: r.status ?? undefined,
   reason: r.reason ?? undefined,
   after: r.after_reason ?? undefined,
+  probe: opt(r.probe),
+  probes: opt(r.probes),
+  nextProbe: opt(r.next_probe),
+  afterProbe: opt(r.after_probe),
+  afterProbes: opt(r.after_probes),
+  afterNext: opt(r.after_next),
   response: r.state === 'completed' ? { status: r.status!, headers: JSON.parse(r.headers ?? '[]'), body: r.body ?? Buffer.alloc(0) } : undefined,
 }
 
@@ -51,6 +67,12 @@ const toRow = (id: string, r: IdemRecord) => ({
   body: r.response?.body ?? null,
   reason: r.reason ?? null,
   after_reason: r.after ?? null,
+  probe: r.probe ?? null,
+  probes: r.probes ?? null,
+  next_probe: r.nextProbe ?? null,
+  after_probe: r.afterProbe ?? null,
+  after_probes: r.afterProbes ?? null,
+  after_next: r.afterNext ?? null,
 })
 
 /** The operations on one connection; `id` is a `recordId`. Each throws what SQLite threw, unwrapped. */
@@ -133,6 +155,19 @@ export class Operations {
     return result
   }
 
+  takeProbe(id: string, p: { seen: number; afterMs: number; nextInMs: number }, now: number): ProbeTake {
+    const { result, write } = decideTakeProbe(this.#get(id), p, now)
+    if (write) this.#recPut.run(toRow(id, write))
+    return result
+  }
+
+  settle(id: string, probes: number, as: Settlement, ttlMs: number, now: number): SettleResult {
+    const { result, write } = decideSettle(this.#get(id), probes, as, ttlMs, now)
+    if (write === null) this.#recDel.run(id)
+    else if (write) this.#recPut.run(toRow(id, write))
+    return result
+  }
+
   /** Reads and writes: run it in a transaction of its own (`transaction`). */
   resolve(id: string, as: Resolution, ttlMs: number, now: number): ResolveResult {
     const { result, write } = decideResolve(this.#get(id), as, ttlMs, now)
@@ -142,13 +177,8 @@ export class Operations {
   }
 
   unknowns(now: number, route: string | undefined, limit: number): UnknownRecord[] {
-    const rows = this.#unknowns.all({ now, route: route ?? null, limit }) as { id: string; state: string; reason: UnknownReason | null; lease_until: number; expires_at: number }[]
-    return rows.map((r) => ({
-      key: parseRecordId(r.id),
-      reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
-      leaseUntil: r.lease_until,
-      expiresAt: r.expires_at,
-    }))
+    const rows = this.#unknowns.all({ now, route: route ?? null, limit }) as (RecordRow & { id: string })[]
+    return rows.map((r) => unknownOf(parseRecordId(r.id), toRecord(r)!, r.state === 'in_flight'))
   }
 
   /** Deletes up to 1000 expired records and 1000 expired registrations; returns how many. */

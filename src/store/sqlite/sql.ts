@@ -16,7 +16,8 @@ CREATE TABLE IF NOT EXISTS fg_fences_v1 (resource TEXT PRIMARY KEY, highest INTE
 CREATE TABLE IF NOT EXISTS fg_records_v1 (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, fingerprint TEXT NOT NULL, claim_id TEXT NOT NULL,
   lease_until INTEGER NOT NULL, expires_at INTEGER NOT NULL,
-  status INTEGER, headers TEXT, body BLOB, reason TEXT, after_reason TEXT
+  status INTEGER, headers TEXT, body BLOB, reason TEXT, after_reason TEXT,
+  probe TEXT, probes INTEGER, next_probe INTEGER, after_probe TEXT, after_probes INTEGER, after_next INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON fg_records_v1 (expires_at);
 CREATE INDEX IF NOT EXISTS fg_records_v1_unsettled ON fg_records_v1 (state) WHERE state IN ('unknown', 'in_flight');
@@ -47,7 +48,8 @@ CREATE INDEX IF NOT EXISTS fg_registrations_v1_deadline ON fg_registrations_v1 (
  * Columns added to a table after it was first released, in the order they are added: a file
  * made before them gets them when opened (the attempt log's request ids, operators' reasons,
  * effect durations and stale writers' lateness; the time a mark was first accepted; the unknown
- * outcome an in-flight claim took over, which its release puts back).
+ * outcome an in-flight claim took over, which its release puts back; `idempotency.settle`'s
+ * probe request, probe count and next probe time, and those of the outcome a claim took over).
  */
 export const ADDED_COLUMNS: readonly (readonly [table: string, column: string, type: 'TEXT' | 'REAL' | 'INTEGER'])[] = [
   ['fg_audit_v1', 'request_id', 'TEXT'],
@@ -58,6 +60,12 @@ export const ADDED_COLUMNS: readonly (readonly [table: string, column: string, t
   ['fg_audit_v1', 'late_ms', 'REAL'],
   ['fg_fences_v1', 'since', 'INTEGER'],
   ['fg_records_v1', 'after_reason', 'TEXT'],
+  ['fg_records_v1', 'probe', 'TEXT'],
+  ['fg_records_v1', 'probes', 'INTEGER'],
+  ['fg_records_v1', 'next_probe', 'INTEGER'],
+  ['fg_records_v1', 'after_probe', 'TEXT'],
+  ['fg_records_v1', 'after_probes', 'INTEGER'],
+  ['fg_records_v1', 'after_next', 'INTEGER'],
 ]
 
 /** The pragma listing a table's columns (`name` per row). */
@@ -86,13 +94,15 @@ export const FENCES = {
 /** Idempotency records, one row per `recordId` (src/store/shared/record-state.ts). */
 export const RECORDS = {
   get: 'SELECT * FROM fg_records_v1 WHERE id = ?',
-  put: `INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason, after_reason)
-    VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason, @after_reason)`,
+  put: `INSERT OR REPLACE INTO fg_records_v1 (id, state, fingerprint, claim_id, lease_until, expires_at, status, headers, body, reason, after_reason,
+      probe, probes, next_probe, after_probe, after_probes, after_next)
+    VALUES (@id, @state, @fingerprint, @claim_id, @lease_until, @expires_at, @status, @headers, @body, @reason, @after_reason,
+      @probe, @probes, @next_probe, @after_probe, @after_probes, @after_next)`,
   delete: 'DELETE FROM fg_records_v1 WHERE id = ?',
   /** lease_until, id, claim_id: only the holder's in-flight record */
   renew: "UPDATE fg_records_v1 SET lease_until = ? WHERE id = ? AND claim_id = ? AND state = 'in_flight'",
   /** the route's records start with its name and a newline (recordId) */
-  unknowns: `SELECT id, state, reason, lease_until, expires_at FROM fg_records_v1
+  unknowns: `SELECT id, state, reason, lease_until, expires_at, probe, probes, next_probe FROM fg_records_v1
     WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= @now) AND expires_at > @now
       AND (@route IS NULL OR substr(id, 1, length(@route) + 1) = @route || char(10)) LIMIT @limit`,
   /** up to 1000 expired records at a time */
