@@ -6,6 +6,7 @@ import { startPayments } from '../examples/payments/server.js'
 import { paymentsRoutes } from '../examples/payments/routes.js'
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { post, send } from './helpers/http.js'
+import { until } from './helpers/wait.js'
 
 let svc: Awaited<ReturnType<typeof startPayments>>
 beforeAll(async () => { svc = await startPayments(0) })
@@ -94,5 +95,14 @@ ${paymentsRoutes(svc.url).replace('timeout: 10s', 'timeout: 300ms')}`)
     const looked = await send(`${gw.url}/accounts/acct-g/charges?idempotencyKey=lost-answer`)
     expect(looked.status).toBe(200)
     expect(looked.json()).toMatchObject({ amount: 500, idempotencyKey: 'lost-answer', fencingToken: '1' })
+
+    // the route's settle block asks that lookup after 2 s: the charge is found, the record completed
+    await until(async () => ((await send(`${gw.adminUrl}/unknown`)).json().unknown as unknown[]).length === 0, { timeoutMs: 15_000, intervalMs: 200, message: 'the probe to settle the key' })
+    const retry = await post(`${gw.url}/accounts/acct-g/charges`, { amount: 500, currency: 'eur' }, { 'idempotency-key': 'lost-answer', 'fencing-token': '1' })
+    expect(retry.status).toBe(200)
+    expect(retry.headers['idempotent-replayed']).toBe('true')
+    expect(retry.headers['fencegate-settled']).toBe('probe')
+    expect(retry.json()).toEqual(looked.json())
+    expect(await charges('acct-g')).toHaveLength(1)
   })
 })
