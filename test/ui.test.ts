@@ -28,6 +28,10 @@ const { up, gw } = withGateway((up) => ({
     // an upstream that never answers within its timeout: an unknown outcome
     { name: 'ledger', path: '/ledger/:account/*', methods: ['POST'], upstream: { url: up.url, timeout: '300ms' },
       fencing: { resource: 'ledger:{param.account}' }, idempotency: { required: true, lease: '5s' } },
+    // the same, settled by a probe the upstream answers 200 (applied)
+    { name: 'settled', path: '/settled/:account/*', methods: ['POST'], upstream: { url: up.url, timeout: '300ms' },
+      fencing: { resource: 'settled:{param.account}' },
+      idempotency: { required: true, lease: '5s', settle: { probe: { path: '/status/200?of={param.account}', applied: [200], notApplied: [404] }, after: '1s', every: '30s' } } },
     { name: 'tenants', path: '/tenants/*', methods: ['POST'], upstream: up.url,
       fencing: { resource: 'tenant:{header.x-tenant}' }, idempotency: {} },
   ],
@@ -184,6 +188,10 @@ describe('the audit view', () => {
       }
     }))
     expect(clashes).toEqual([])
+    // nor do the axis's clock times
+    const ticks = await page.locator('svg.timeline g.axis > text').evaluateAll((ts) => ts.map((t) => { const r = t.getBoundingClientRect(); return { l: r.left, r: r.right, t: r.top, b: r.bottom } }))
+    expect(ticks.length).toBeGreaterThan(0)
+    expect(ticks.slice(1).filter((b, i) => overlap(ticks[i], b))).toEqual([])
     const byTime = boxes.map((b) => b.mark.l)
     expect(byTime.slice(1).every((v, i) => v > byTime[i])).toBe(true)
     // the seconds of nothing are cut out of the axis and say how long they were
@@ -250,6 +258,29 @@ describe('the audit view', () => {
     expect(up.count('/ledger/acct-u/charges')).toBe(1)
     const actions = (await admin('/audit?since=1h')).json().operatorActions
     expect(actions).toEqual([expect.objectContaining({ kind: 'resolve', route: 'ledger', resolution: 'failed', reason: `ledger shows no charge ${HOSTILE}`, by: expect.stringMatching(/^admin-api:127\.0\.0\.1/) })])
+  }, 60_000)
+
+  // after the operator's resolve above: a settlement by probe is in the attempt log's operator actions too
+  test('an unknown outcome settled by probe: the probe and the settlement with its answer are drawn in their own lane', async () => {
+    const headers = { 'fencing-token': '3', 'idempotency-key': 'job-probe-1' }
+    expect((await post(`${gw.url}/settled/acct-p/apply-then-hang`, { amount: 9 }, headers)).status).toBe(504)
+    const t = await until(async () => {
+      const j = (await admin('/audit/timeline?route=settled&key=job-probe-1')).json()
+      return j.entries?.some((e: { kind: string }) => e.kind === 'resolve') && j
+    }, { timeoutMs: 15_000, message: 'the probe to settle the key' })
+    await openWithToken(`/ui/timeline?keyHash=${t.keyHash}`)
+    await page.locator('svg.timeline').waitFor()
+    expect(await page.locator('svg.timeline g.lane').evaluateAll((gs) => gs.map((g) => g.getAttribute('data-lane')))).toEqual(['token 3', 'high-water mark', 'upstream', 'settle probes'])
+    const marks = await page.locator('svg.timeline g.attempt').evaluateAll((gs) => gs.map((g) => [g.getAttribute('data-outcome'), g.getAttribute('data-lane'), g.querySelector('text')!.textContent]))
+    expect(marks).toEqual([
+      ['unknown', 'token 3', expect.stringMatching(/^504 .*unknown \(timeout\)/)],
+      ['probe', 'settle probes', 'probe: 200 applied'],
+      ['settled', 'settle probes', 'settled as applied (200)'],
+    ])
+    expect(await page.locator('ul.legend li[data-legend="probe"]').textContent()).toContain('settle probe')
+    expect(await page.locator('ul.legend li[data-legend="settled"]').textContent()).toContain('settled by probe')
+    expect(await page.locator('table.entries tbody tr').evaluateAll((rs) => rs.map((r) => r.getAttribute('data-outcome')))).toEqual(['unknown', 'probe', 'settled'])
+    await shot('timeline-settled')
   }, 60_000)
 
   test('hostile text in resources, header values and reasons stays text, and the CSP blocks inline script', async () => {

@@ -80,6 +80,7 @@ svg .axis-break rect { fill: var(--soft); stroke: var(--line); stroke-dasharray:
 .o-unknown { fill: var(--unknown); stroke: var(--unknown); } .o-duplicate { fill: #fff; stroke: var(--duplicate); }
 .o-overtaken { fill: var(--overtaken); stroke: var(--overtaken); } .o-refused { fill: var(--refused); stroke: var(--refused); }
 .o-resolve { fill: var(--operator); stroke: var(--operator); }
+.o-probe { fill: #fff; stroke: var(--operator); stroke-width: 2; } .o-settled { fill: var(--forwarded); stroke: var(--operator); stroke-width: 2; }
 svg .o-stale, svg .o-duplicate { stroke-width: 3; }
 ul.legend { display: flex; flex-wrap: wrap; gap: 4px 16px; list-style: none; padding: 0; margin: 6px 0; font-size: 13px; }
 ul.legend svg { vertical-align: middle; }

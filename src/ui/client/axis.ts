@@ -6,6 +6,7 @@
  * axis and drawn as a break of `BREAK` px labelled with the time it stands for. Between breaks
  * the scale is one and the same, ms to px.
  */
+import { textWidth } from './labels.js'
 import { h, human, s } from './lib.js'
 
 /** Smallest distance between two marks, px: two marks' width plus air. */
@@ -87,12 +88,14 @@ const clock = (t: number, withMs: boolean) => (withMs ? CLOCK_MS : CLOCK).format
 /** Tick times (clock times in the viewer's zone, UTC on hover) and the breaks, between `top` and `bottom` px. */
 export function drawAxis(sc: Scale, top: number, bottom: number): SVGElement {
   const axis = s('g', { class: 'axis' })
-  const LABEL = 92 // a clock time with milliseconds, px
+  const AIR = 12
+  const LABEL = textWidth(clock(Date.UTC(2026, 11, 31, 23, 59, 59, 999), true)) + AIR // the widest clock time, px
   let free = -Infinity
   const label = (t: number, X: number, withMs: boolean) => {
-    if (X - LABEL / 2 < free || X + LABEL / 2 > sc.end) return
-    free = X + LABEL / 2
-    axis.append(s('text', { x: X, y: top - 12, 'text-anchor': 'middle' }, s('title', {}, `${new Date(t).toISOString()} (UTC)`), clock(t, withMs)))
+    const text = clock(t, withMs), half = (textWidth(text) + AIR) / 2
+    if (X - half < free || X + half > sc.end) return
+    free = X + half
+    axis.append(s('text', { x: X, y: top - 12, 'text-anchor': 'middle' }, s('title', {}, `${new Date(t).toISOString()} (UTC)`), text))
   }
   const tick = step(LABEL * sc.msPerPx)
   for (const st of sc.stretches) {

@@ -13,7 +13,8 @@ import { h, human, s } from './lib.js'
 /** An attempt-log entry as the admin API gives it (src/store/attempt-log/types.ts, time as RFC 3339). */
 export interface Entry {
   time: string
-  kind: 'attempt' | 'resolve' | 'accept-loss'
+  /** `probe`: an `idempotency.settle` probe (`result` its answer); a settlement by probe is a `resolve` with `by` "probe" */
+  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe'
   replica: string
   route: string
   method?: string
@@ -40,7 +41,7 @@ export interface Entry {
 }
 
 /** The kind of mark an entry gets: its CSS class `o-<kind>` and its shape. */
-export type MarkKind = 'forwarded' | 'replayed' | 'stale' | 'in_flight' | 'unknown' | 'duplicate' | 'overtaken' | 'refused' | 'resolve'
+export type MarkKind = 'forwarded' | 'replayed' | 'stale' | 'in_flight' | 'unknown' | 'duplicate' | 'overtaken' | 'refused' | 'probe' | 'settled' | 'resolve'
 
 export const MARKS: Record<MarkKind, { shape: string; label: string }> = {
   forwarded: { shape: 'circle', label: 'forwarded, answered' },
@@ -51,10 +52,14 @@ export const MARKS: Record<MarkKind, { shape: string; label: string }> = {
   duplicate: { shape: 'ring', label: 'duplicate forward' },
   overtaken: { shape: 'triangle-down', label: 'overtaken' },
   refused: { shape: 'bar', label: 'other refusal' },
+  probe: { shape: 'triangle-right', label: 'settle probe asked the resource' },
+  settled: { shape: 'pentagon', label: 'settled by probe' },
   resolve: { shape: 'star', label: 'operator resolved' },
 }
 
 export function markKind(e: Entry): MarkKind {
+  if (e.kind === 'probe') return 'probe'
+  if (e.kind === 'resolve' && e.by === 'probe') return 'settled'
   if (e.kind !== 'attempt') return 'resolve'
   if (e.duplicate) return 'duplicate'
   if (e.unknown || e.outcome === 'outcome_unknown') return 'unknown'
@@ -73,6 +78,8 @@ export function shape(kind: MarkKind, x: number, y: number, r = 7): SVGElement {
     case 'cross': return s('path', { class: cls, d: `M${x - r} ${y - r}L${x + r} ${y + r}M${x - r} ${y + r}L${x + r} ${y - r}` })
     case 'triangle': return s('polygon', { class: cls, points: pts([[0, -1.15], [1.1, 0.8], [-1.1, 0.8]]) })
     case 'triangle-down': return s('polygon', { class: cls, points: pts([[0, 1.15], [1.1, -0.8], [-1.1, -0.8]]) })
+    case 'triangle-right': return s('polygon', { class: cls, points: pts([[1.2, 0], [-0.8, 1.1], [-0.8, -1.1]]) })
+    case 'pentagon': return s('polygon', { class: cls, points: pts([0, 1, 2, 3, 4].map((i): [number, number] => { const a = (2 * Math.PI / 5) * i - Math.PI / 2; return [1.15 * Math.cos(a), 1.15 * Math.sin(a)] })) })
     case 'diamond': return s('polygon', { class: cls, points: pts([[0, -1.25], [1.25, 0], [0, 1.25], [-1.25, 0]]) })
     case 'ring': return s('g', { class: cls }, s('circle', { cx: x, cy: y, r }), s('circle', { cx: x, cy: y, r: r / 3 }))
     case 'star': return s('polygon', { class: cls, points: pts([0, 1, 2, 3, 4, 5, 6, 7, 8, 9].map((i): [number, number] => { const a = (Math.PI / 5) * i - Math.PI / 2; const k = i % 2 ? 0.45 : 1.2; return [k * Math.cos(a), k * Math.sin(a)] })) })
@@ -94,6 +101,8 @@ const ACCEPTED = (e: Entry) => e.kind === 'attempt' && e.token !== undefined && 
 
 /** The words of an attempt's mark: status, decision, and what made it notable. */
 export function describe(e: Entry): string {
+  if (e.kind === 'probe') return `probe: ${e.upstreamStatus !== undefined ? `${e.upstreamStatus} ` : ''}${(e.result ?? '?').replace('_', ' ')}`
+  if (e.kind === 'resolve' && e.by === 'probe') return `settled as ${e.resolution === 'completed' ? 'applied' : 'not applied'} (${e.upstreamStatus ?? '?'})`
   if (e.kind === 'resolve') return `resolved as ${e.resolution}${e.reason ? `: ${e.reason}` : ''}`
   if (e.kind === 'accept-loss') return 'store state loss accepted'
   const bits = [e.status !== undefined ? String(e.status) : '', e.outcome === 'outcome_unknown' ? 'refused, outcome unknown' : (e.outcome ?? '').replace('_', ' ')]
@@ -117,7 +126,7 @@ export function idTail(id: string): string {
 const OWN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
 const actorOf = (e: Entry): string =>
-  e.kind !== 'attempt' ? 'operator' : e.token !== undefined ? `token ${e.token}` : e.requestId ? `request ${idTail(e.requestId)}` : `replica ${e.replica}`
+  e.kind === 'probe' || (e.kind === 'resolve' && e.by === 'probe') ? 'settle probes' : e.kind !== 'attempt' ? 'operator' : e.token !== undefined ? `token ${e.token}` : e.requestId ? `request ${idTail(e.requestId)}` : `replica ${e.replica}`
 
 const UPSTREAM_ROW = 15
 
@@ -133,9 +142,9 @@ export function drawTimeline(entries: readonly Entry[], title: string): Element 
   const W = sc.end + R
 
   const actors: string[] = []
-  for (const e of entries) { const a = actorOf(e); if (a !== 'operator' && !actors.includes(a)) actors.push(a) }
+  for (const e of entries) { const a = actorOf(e); if (a !== 'operator' && a !== 'settle probes' && !actors.includes(a)) actors.push(a) }
   const fenced = entries.some(ACCEPTED)
-  const lanes = [...actors, ...(fenced ? ['high-water mark'] : []), 'upstream', ...(entries.some((e) => e.kind !== 'attempt') ? ['operator'] : [])]
+  const lanes = [...actors, ...(fenced ? ['high-water mark'] : []), 'upstream', ...(entries.some((e) => actorOf(e) === 'settle probes') ? ['settle probes'] : []), ...(entries.some((e) => actorOf(e) === 'operator') ? ['operator'] : [])]
   const reachedUpstream = (e: Entry) => e.kind === 'attempt' && (e.upstreamMs !== undefined || e.unknown || e.duplicate)
   const upstreamLabel = (e: Entry) => (e.unknown ? `? ${e.unknown}` : e.duplicate ? `${e.upstreamStatus ?? '?'} again` : String(e.upstreamStatus ?? ''))
 

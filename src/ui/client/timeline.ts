@@ -18,10 +18,10 @@ function table(entries: readonly Entry[]): HTMLElement {
     h('thead', {}, h('tr', {}, ...head.map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, ...entries.map((e) => h('tr', { 'data-outcome': markKind(e) },
       h('td', {}, time(e.time)),
-      h('td', {}, e.kind === 'attempt' ? `${e.method ?? ''} ${e.route}` : e.by ?? e.replica),
+      h('td', {}, e.kind === 'attempt' ? `${e.method ?? ''} ${e.route}` : e.by === 'probe' ? `settle probe, ${e.route}` : e.by ?? e.replica),
       h('td', {}, `${describe(e)}${e.kind === 'attempt' ? ` — ${MARKS[markKind(e)].label}` : ''}`),
       h('td', { class: 'num' }, e.token ?? ''),
-      h('td', {}, e.upstreamStatus !== undefined ? `${e.upstreamStatus} in ${e.upstreamMs ?? '?'} ms` : e.unknown ? `no answer (${e.unknown})` : ''),
+      h('td', {}, e.upstreamStatus !== undefined && e.kind !== 'resolve' ? `${e.upstreamStatus} in ${e.upstreamMs ?? '?'} ms` : e.unknown ? `no answer (${e.unknown})` : ''),
       h('td', {}, e.requestId === undefined ? '' : h('code', { title: e.requestId }, idTail(e.requestId))),
       h('td', {}, short(e.traceId)),
       h('td', {}, e.replica))))))
