@@ -8,6 +8,7 @@ import { histogramSeries } from '../../telemetry/series.js'
 import { tracingOn } from '../../telemetry/tracing.js'
 import type { Logger } from '../../log.js'
 import { GiveBacks, MAX_GIVE_BACK_MS } from './give-back.js'
+import { keyHashOf } from '../contract/key-hash.js'
 import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from '../contract/store.js'
 
 /** True for a StoreError of a call that never left this process: it wrote nothing. */
@@ -102,6 +103,24 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   // claims never used, given back by their id until the store takes them (./give-back.ts)
   const giveBacks = new GiveBacks((key, claimId) => call('release', () => inner.release(key, claimId)), log, kind)
   /**
+   * Before a claim of `key`: this gateway's claims of the same key it never used and is giving
+   * back are given back first. After a heal the retry's claim and the give-back race to the
+   * store; a claim past its lease that the retry met first would read to it as an abandoned
+   * attempt, an unknown outcome (reason crash), for a request never sent. (A claim whose call is
+   * still unanswered joins the give-backs once its connection answers or fails: a store cut off
+   * and healed by a reset fails it at once.) Undefined on the common path: nothing is read while
+   * no give-back waits.
+   */
+  const first = (key: RecordKey): Promise<void> | undefined => {
+    if (giveBacks.waiting === 0) return undefined
+    const ids = [...giveBacks.waitingFor(keyHashOf(key))]
+    return ids.length ? giveBacks.now(key, ids) : undefined
+  }
+  const claimAfter = <T>(key: RecordKey, go: () => Promise<T>): Promise<T> => {
+    const before = first(key)
+    return before ? before.then(go) : go()
+  }
+  /**
    * `call(op, attempt)` for an operation that may claim a key. The request fails closed (503,
    * nothing forwarded) when the call fails or times out, but the store may have made the claim
    * all the same: a slow store applies it afterwards, or it ran and its reply was lost (a reset,
@@ -135,8 +154,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),
-    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req),
-    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req),
+    claim: (key, req, now) => claimAfter(key, () => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req)),
+    admit: (fence, key, req, now) => claimAfter(key, () => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req)),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     // a release the store did not answer is tried again (the request was never sent, or the
