@@ -6,10 +6,11 @@ import http from 'node:http'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest'
-import { gatewayConfig, startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { freePort, gatewayConfig, spawnGateway, startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
 import { metric, metrics, post, send } from './helpers/http.js'
 import { runCli } from './helpers/run.js'
 import { until } from './helpers/wait.js'
+import { dropPostgresSchema, dropRedisPrefix, PG_URL, REDIS_URL } from './helpers/stores.js'
 
 interface Ledger {
   url: string
@@ -84,9 +85,23 @@ async function gateway(store: StoreInput, route: RouteSpec): Promise<TestGateway
   return gw
 }
 
+let n = 0
+const unique = () => `settle_${process.pid}_${Date.now().toString(36)}_${n++}`
+/** A redis key prefix of its own, deleted after the test. */
+const redisStore = (): StoreInput => {
+  const keyPrefix = unique()
+  cleanups.unshift(() => dropRedisPrefix(keyPrefix))
+  return { kind: 'redis', url: REDIS_URL, keyPrefix }
+}
 const STORES: [string, () => StoreInput][] = [
   ['memory', () => ({ kind: 'memory' })],
   ['sqlite', () => ({ kind: 'sqlite', path: '@DIR@/fg.db' })],
+  ['redis', redisStore],
+  ['postgres', () => {
+    const schema = unique()
+    cleanups.unshift(() => dropPostgresSchema(schema))
+    return { kind: 'postgres', url: PG_URL, schema }
+  }],
 ]
 
 describe.each(STORES)('settle on the %s store', (_, store) => {
@@ -185,9 +200,46 @@ describe.each(STORES)('settle on the %s store', (_, store) => {
   }, 20_000)
 })
 
-test('two gateways on one sqlite file send one probe per scheduled time, never two', async () => {
-  const dir = tempDir()
-  const store: StoreInput = { kind: 'sqlite', path: join(dir, 'shared.db') }
+test('unknownOutcome: retry with undecided answers: the retry is forwarded and counted as a duplicate, after its probe had its chance', async () => {
+  const gw = await gateway({ kind: 'memory' }, settleRoute(up.url, { unknownOutcome: 'retry' }))
+  up.lookup = () => ({ status: 503 })
+  expect((await charge(gw, 'k-dup', 'hang')).status).toBe(504)
+  await new Promise((r) => setTimeout(r, 1050))
+  const retry = await charge(gw, 'k-dup')
+  expect(retry.status).toBe(201)
+  expect(up.probes.length).toBeGreaterThanOrEqual(1)
+  expect(up.applied.get('k-dup')).toBe(2)
+  const m = await metrics(gw.adminUrl)
+  expect(metric(m, 'fencegate_duplicate_forwards_total', { route: 'payments' })).toBe(1)
+  expect(metric(m, 'fencegate_settle_probes_total', { route: 'payments', answer: 'undecided' })).toBeGreaterThanOrEqual(1)
+}, 20_000)
+
+test('the route\'s claim names the `after` assumption and what is left to an operator', async () => {
+  const gw = await gateway({ kind: 'memory' }, settleRoute(up.url))
+  const claim = (await send(`${gw.adminUrl}/audit`)).json().routes.find((r: { route: string }) => r.route === 'payments').claim
+  expect(claim.assumptions.join('\n')).toContain('The resource applies nothing of an abandoned attempt later than 1 s after the gateway gave up')
+  expect(claim.guarantees.join('\n')).toContain('GET /accounts/{param.account}/charges?idempotencyKey={key}')
+  expect(claim.notGuaranteed.join('\n')).toContain('waits for an operator (fencegate resolve)')
+})
+
+test('a probe answer larger than maxResponseBytes: it stays unknown, counted as error, logged once', async () => {
+  const route = settleRoute(up.url)
+  const gw = await gateway({ kind: 'memory' }, { ...route, idempotency: { ...route.idempotency, maxResponseBytes: 16 } })
+  expect((await charge(gw, 'k-large', 'hang')).status).toBe(504)
+  await until(() => up.probes.length >= 2, { timeoutMs: 10_000, message: 'two probes' })
+  await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_settle_probes_total', { route: 'payments', answer: 'error' }) >= 2, { message: 'two probes counted as error' })
+  const m = await metrics(gw.adminUrl)
+  expect(metric(m, 'fencegate_settle_probes_total', { route: 'payments', answer: 'applied' })).toBe(0)
+  expect((await send(`${gw.adminUrl}/unknown`)).json().unknown).toHaveLength(1)
+  expect(gw.logs.filter((l) => l.includes('larger than idempotency.maxResponseBytes'))).toHaveLength(1)
+  expect((await charge(gw, 'k-large')).status).toBe(409)
+}, 20_000)
+
+test.each([
+  ['one sqlite file', (): StoreInput => ({ kind: 'sqlite', path: join(tempDir(), 'shared.db') })],
+  ['one redis', redisStore],
+])('two gateways on %s send one probe per scheduled time, never two', async (_, shared) => {
+  const store = shared()
   const a = await gateway(store, settleRoute(up.url, { every: '2s' }))
   const b = await gateway(store, settleRoute(up.url, { every: '2s' }))
   up.lookup = () => ({ status: 503 })
@@ -204,6 +256,29 @@ test('two gateways on one sqlite file send one probe per scheduled time, never t
   const sent = (t: string) => metric(t, 'fencegate_settle_probes_total', { route: 'payments', answer: 'undecided' })
   expect(sent(ma) + sent(mb)).toBe(up.probes.length)
 }, 25_000)
+
+test('a gateway killed mid-probe leaves the key probed again by the other, which settles it', async () => {
+  const dir = tempDir()
+  const store: StoreInput = { kind: 'sqlite', path: join(dir, 'shared.db') }
+  const [port, admin] = [await freePort(), await freePort()]
+  const file = join(dir, 'a.yaml')
+  writeFileSync(file, gatewayConfig({ listen: `127.0.0.1:${port}`, admin: { listen: `127.0.0.1:${admin}` }, store, routes: [settleRoute(up.url)] }))
+  const a = await spawnGateway(file, port, admin, join(dir, 'a.log'))
+  cleanups.push(() => { a.child.kill('SIGKILL') })
+  // the first probe never answers in time: its gateway is killed while it waits
+  up.lookup = () => (up.probes.length === 1 ? { status: 200, delayMs: 400 } : undefined)
+  const first = await post(`${a.url}/accounts/acc-1/charges`, { amount: 100 }, { 'idempotency-key': 'k-killed', 'x-mode': 'hang' })
+  expect(first.status).toBe(504)
+  await until(() => up.probes.length === 1, { timeoutMs: 8000, message: 'the first probe, from gateway a' })
+  a.child.kill('SIGKILL')
+  const b = await gateway(store, settleRoute(up.url))
+  await until(async () => metric(await metrics(b.adminUrl), 'fencegate_unknown_outcomes_settled_total', { route: 'payments', by: 'probe', as: 'applied' }) === 1, { timeoutMs: 10_000, message: 'gateway b to settle the key with the next probe' })
+  expect(up.probes).toHaveLength(2)
+  const retry = await charge(b, 'k-killed')
+  expect(retry.status).toBe(200)
+  expect(retry.headers['fencegate-settled']).toBe('probe')
+  expect(up.applied.get('k-killed')).toBe(1)
+}, 30_000)
 
 describe('check-config', () => {
   const check = async (settle: unknown, path = '/accounts/:account/*') => {

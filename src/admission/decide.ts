@@ -35,6 +35,8 @@ export interface ClaimAnswer {
   mayWait: boolean
   now: number
   expectedMs?: number
+  /** the route has `idempotency.settle`: an unknown outcome is being probed (contract §4a) */
+  settling?: boolean
 }
 
 /**
@@ -120,7 +122,7 @@ function claimDecision(a: ClaimAnswer): Decision {
     case 'mismatch':
       return { kind: 'refuse', result: 'key_reused', problem: new Problem('idempotency-key-reused', 'This idempotency key was already used with a different request (method, path, content type or body).') }
     case 'unknown':
-      return { kind: 'refuse', problem: new Problem('outcome-unknown', `The first request with this key was sent upstream and no complete response came back (${r.reason}); it may or may not have taken effect. It is not sent again (unknownOutcome: reject) until an operator resolves it or the key expires.`, { reason: r.reason }) }
+      return { kind: 'refuse', problem: new Problem('outcome-unknown', `The first request with this key was sent upstream and no complete response came back (${r.reason}); it may or may not have taken effect. It is not sent again (unknownOutcome: reject) until ${a.settling ? 'the resource answers the gateway\'s probe (idempotency.settle), ' : ''}an operator resolves it or the key expires.`, { reason: r.reason }) }
     case 'in_flight':
       if (a.mayWait) return WAIT
       return { kind: 'refuse', result: 'in_flight', problem: new Problem('request-in-flight', 'A request with this idempotency key is being processed; retry after it completes.', {}, { 'retry-after': String(retryAfterSeconds(r.leaseUntil, a.now, a.expectedMs)) }) }

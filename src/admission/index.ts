@@ -193,7 +193,7 @@ export class Admission {
       claims.noteFindings(f, result)
       const now = Date.now()
       const d = decide(fence, key, fenced, {
-        result, now, mayWait: this.#waitForInFlight && now + pause < deadline, expectedMs: result.kind === 'in_flight' ? claims.expectedMs() : undefined,
+        result, now, mayWait: this.#waitForInFlight && now + pause < deadline, expectedMs: result.kind === 'in_flight' ? claims.expectedMs() : undefined, settling: settle !== undefined,
       })
       if (d.kind === 'wait') { await sleep(pause); continue }
       if (d.kind === 'forward' && result.kind === 'claimed') {

@@ -118,7 +118,7 @@ export async function unknownCommand(config: Config, args: AuditArgs): Promise<C
     if (args.json) return { code: 0, stdout: `${JSON.stringify(list, null, 2)}\n` }
     const u = list.unknown
     if (!u.length) return { code: 0, stdout: `no unknown outcomes${args.route ? ` on route ${args.route}` : ''}: nothing to resolve\n` }
-    const lines = u.map((x) => `${x.since}  ${x.route}  ${x.keyHash}  ${x.reason}${x.resource ? `  resource ${x.resource}` : ''}${x.replica ? `  replica ${x.replica}` : ''}${x.requestId ? `  request ${x.requestId}` : ''}${x.traceId ? `  trace ${x.traceId}` : ''}`)
+    const lines = u.map((x) => `${x.since}  ${x.route}  ${x.keyHash}  ${x.reason}${x.resource ? `  resource ${x.resource}` : ''}${x.replica ? `  replica ${x.replica}` : ''}${x.requestId ? `  request ${x.requestId}` : ''}${x.traceId ? `  trace ${x.traceId}` : ''}${x.probes !== undefined ? `  probes ${x.probes}, ${x.nextProbe ? `next ${x.nextProbe}` : 'probing ended: resolve it'}` : ''}`)
     const more = u.length >= UNKNOWN_LIMIT ? [`(the first ${UNKNOWN_LIMIT}; resolve these, then list again)`] : []
     return {
       code: 0,

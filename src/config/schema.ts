@@ -3,38 +3,10 @@
  * and bytes here, so the rest of the code never parses text. Unknown keys are errors.
  */
 import { z } from 'zod'
-import { parseDuration, parseSize } from './units.js'
+import { parseSize } from './units.js'
 import { listenerTls, storeTls, storeTlsIssues, upstreamTls } from './tls.js'
-
-// Timers in Node hold at most 2^31−1 ms; a wait longer than an hour is a mistake anyway.
-const HOUR = 3_600_000
-
-/** A duration in ms, at least 1 ms and at most `max` ms. */
-const duration = (fallback: string, max = Number.MAX_SAFE_INTEGER) =>
-  z.union([z.string(), z.number()]).default(fallback).transform((s, ctx) => {
-    const ms = typeof s === 'string' ? parseDuration(s) : undefined
-    if (ms === undefined) {
-      ctx.addIssue({ code: 'custom', message: `${JSON.stringify(s)} is not a duration (write it with its unit, e.g. 500ms, 10s, 5m, 24h, 7d)` })
-      return z.NEVER
-    }
-    if (ms < 1 || ms > max) {
-      ctx.addIssue({ code: 'custom', message: max === Number.MAX_SAFE_INTEGER ? `${s} is out of range (at least 1ms)` : `${s} is out of range (1ms to ${max / HOUR >= 1 ? `${max / HOUR}h` : `${max}ms`})` })
-      return z.NEVER
-    }
-    return ms
-  })
-
-/** A duration in ms, or undefined when the key is absent (the code picks the default). */
-const optionalDuration = (max?: number) => {
-  const d = duration('1ms', max)
-  return z.union([z.string(), z.number()]).optional().transform((s, ctx) => {
-    if (s === undefined) return undefined
-    const r = d.safeParse(s)
-    if (r.success) return r.data
-    for (const issue of r.error.issues) ctx.addIssue({ code: 'custom', message: issue.message })
-    return z.NEVER
-  })
-}
+import { settleSchema } from './settle.js'
+import { duration, headerName, HOUR, optionalDuration } from './fields.js'
 
 const size = (fallback: string) =>
   z.union([z.string(), z.number()]).default(fallback).transform((s, ctx) => {
@@ -56,7 +28,6 @@ const optionalUrl = z.preprocess((v) => (v === '' ? undefined : v), z.url({ prot
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
 const method = z.string().transform((s) => s.toUpperCase()).pipe(z.enum(METHODS, { message: `must be one of ${METHODS.join(', ')}` }))
-const headerName = z.string().regex(/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/, 'must be a valid header field name (RFC 9110 §5.1)')
 
 const fencing = z.strictObject({
   resource: z.string().min(1, 'must not be empty'),
@@ -76,39 +47,6 @@ const fencing = z.strictObject({
   serializeWait: optionalDuration(HOUR),
 })
 
-const status = z.number().int().min(100, 'must be an HTTP status, 100 to 599').max(599, 'must be an HTTP status, 100 to 599')
-// never a method that changes state (RFC 9110 §9.2.1 safe methods)
-const PROBE_METHODS = ['GET', 'HEAD', 'OPTIONS'] as const
-
-/**
- * `idempotency.settle` (contract §4a): the lookup that asks the resource whether an attempt whose
- * outcome is unknown took effect; `after`, `every` and `for` in ms (`for` undefined: the record's ttl).
- */
-const settle = z.strictObject({
-  probe: z.strictObject({
-    method: z.string().default('GET').transform((s, ctx) => {
-      const m = s.toUpperCase()
-      if ((PROBE_METHODS as readonly string[]).includes(m)) return m as typeof PROBE_METHODS[number]
-      ctx.addIssue({ code: 'custom', message: `must be GET, HEAD or OPTIONS, not ${JSON.stringify(s)}: a probe only asks, never a method that changes state (it could apply the very effect it looks for)` })
-      return z.NEVER
-    }),
-    path: z.string().startsWith('/', 'must start with "/" (the probe goes to the route\'s upstream origin)'),
-    headers: z.record(headerName, z.string()).optional(),
-    applied: z.array(status).min(1, 'must list at least one status: the answer that says the first attempt took effect'),
-    notApplied: z.array(status).default([]),
-  }),
-  after: duration('2s', HOUR),
-  every: duration('30s', HOUR),
-  for: optionalDuration(),
-}).superRefine((s, ctx) => {
-  if (s.after < 1000) ctx.addIssue({ code: 'custom', path: ['after'], message: `must be at least 1s (${s.after} ms given): it is the stated assumption that the resource applies nothing of an abandoned attempt later than this after the gateway gave up, and a shorter one would settle a write still on its way` })
-  if (s.every < s.after) ctx.addIssue({ code: 'custom', path: ['every'], message: `must be at least after (${s.after} ms): later probes back off from after up to every` })
-  const applied = new Set(s.probe.applied)
-  s.probe.notApplied.forEach((st, i) => {
-    if (applied.has(st)) ctx.addIssue({ code: 'custom', path: ['probe', 'notApplied', i], message: `${st} is in probe.applied too: one answer cannot say both that the attempt took effect and that it did not` })
-  })
-})
-
 const idempotency = z.strictObject({
   keyHeader: headerName.default('Idempotency-Key'),
   required: z.boolean().default(false),
@@ -125,7 +63,7 @@ const idempotency = z.strictObject({
    */
   releaseStatuses: z.array(z.number().int().min(400, 'must be a 4xx or 5xx status: a 1xx-3xx response means the request was handled, so releasing its key would let a retry apply it twice').max(599, 'must be an HTTP status, 400 to 599')).default([429, 502, 503, 504]),
   /** contract §4a: unknown outcomes settled by asking the resource; absent: they wait for an operator */
-  settle: settle.optional(),
+  settle: settleSchema.optional(),
 })
 
 const route = z.strictObject({

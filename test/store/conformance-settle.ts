@@ -7,7 +7,7 @@
  * settlement leaves is read the way a gateway reads it: through `claim` and `unknowns`.
  */
 import { describe, expect, test } from 'vitest'
-import type { Store } from '../../src/store/index.js'
+import { StoreError, type Store } from '../../src/store/index.js'
 import { key, req, sampleResponse, T0 } from './conformance.js'
 
 const PROBE = 'GET /accounts/acc-1/charges?idempotencyKey=key-1\nauthorization: Bearer t'
@@ -15,8 +15,11 @@ const AFTER = 2_000
 const EVERY = 30_000
 const take = (seen: number) => ({ seen, afterMs: AFTER, nextInMs: EVERY })
 
-/** the settle cases, as `describeStoreConformance` runs them on the stores `open` makes */
-export function describeSettle(open: () => Promise<Store>): void {
+/**
+ * the settle cases, as `describeStoreConformance` runs them on the stores `open` makes; `onClock`
+ * (its `onStoreClock`) opens one that takes its instants from its own clock (redis, postgres)
+ */
+export function describeSettle(open: () => Promise<Store>, onClock?: () => Promise<Store>): void {
   /** key() claimed with a probe at T0, finished as unknown (timeout) at T0 + 10, first probe due T0 + 10 + AFTER */
   const unknownWithProbe = async (s: Store) => {
     await s.claim(key(), req('first', { probe: PROBE }), T0)
@@ -170,6 +173,38 @@ export function describeSettle(open: () => Promise<Store>): void {
       expect(await s.unknowns(T0 + 20)).toEqual([{ key: key(), reason: 'timeout', leaseUntil: 0, expiresAt: T0 + 10 + 60_000 }])
       expect(await s.takeProbe(key('never'), take(0), T0)).toEqual({ kind: 'not_due' })
       expect(await s.settle(key('never'), 1, { kind: 'not_applied' }, 60_000, T0)).toEqual({ kind: 'moved' })
+    })
+
+    test('after close(), takeProbe and settle reject with StoreError naming them', async () => {
+      const s = await open()
+      await s.close()
+      for (const [op, call] of [['take_probe', () => s.takeProbe(key(), take(0), T0)], ['settle', () => s.settle(key(), 1, { kind: 'not_applied' }, 60_000, T0)]] as const) {
+        const err = await call().then(() => undefined, (e: unknown) => e)
+        expect(err, op).toBeInstanceOf(StoreError)
+        expect((err as StoreError).op, op).toBe(op)
+      }
+    })
+
+    test.runIf(onClock)('on the store\'s own clock: the first and next probe times, a probe\'s due time and a settlement\'s ttl come from the store, whatever `now` says', async () => {
+      const SLACK = 2_000
+      const TEN_YEARS = 10 * 365 * 86_400_000
+      const near = (t: number | undefined, want: number) => { expect(Math.abs((t ?? 0) - want)).toBeLessThan(SLACK) }
+      const s = await onClock!()
+      const later = key('clock-probe-later'), now = key('clock-probe-now')
+      for (const k of [later, now]) await s.claim(k, req('a', { probe: PROBE, leaseMs: 60_000, ttlMs: 600_000 }), T0)
+      await s.finish(later, 'a', { kind: 'unknown', reason: 'timeout', probeInMs: 60_000 }, 600_000, T0)
+      await s.finish(now, 'a', { kind: 'unknown', reason: 'timeout', probeInMs: 0 }, 600_000, T0 + TEN_YEARS)
+      const listed = new Map((await s.unknowns(T0)).map((u) => [u.key.key, u]))
+      near(listed.get(later.key)?.nextProbe, Date.now() + 60_000)
+      near(listed.get(now.key)?.nextProbe, Date.now())
+      // ten years on by the caller's clock, the first probe (60 s on the store's) is not due yet
+      expect(await s.takeProbe(later, take(0), T0 + TEN_YEARS)).toEqual({ kind: 'not_due' })
+      // long before it by the caller's clock, the other is due on the store's
+      expect(await s.takeProbe(now, { seen: 0, afterMs: AFTER, nextInMs: 60_000 }, T0)).toEqual({ kind: 'taken', probe: PROBE, probes: 1, reason: 'timeout' })
+      near((await s.unknowns(T0)).find((u) => u.key.key === now.key)?.nextProbe, Date.now() + 60_000)
+      expect(await s.settle(now, 1, { kind: 'applied', response: sampleResponse() }, 60_000, T0)).toEqual({ kind: 'settled', reason: 'timeout' })
+      // kept 60 s from the store's now, not from T0 (long past)
+      expect((await s.claim(now, req('b'), T0 + TEN_YEARS)).kind).toBe('completed')
     })
 
     test('an expired unknown outcome is neither probed nor settled', async () => {

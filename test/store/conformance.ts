@@ -527,7 +527,11 @@ export function describeStoreConformance(
     })
 
     describeRelease(open)
-    describeSettle(open)
+    describeSettle(open, options.onStoreClock && (async () => {
+      const s = await options.onStoreClock!()
+      opened.push(s)
+      return s
+    }))
 
     describe('renew (the gateway keeps its live claim)', () => {
       test('renewing moves the lease end: the record stays in flight past its first lease, then lapses without renewal', async () => {

@@ -167,6 +167,35 @@ describe('PostgresStore', () => {
     }
   })
 
+  test('a gateway from before settle (the v2 claim and v3 settle batches) during a rolling upgrade: its takeover of a probed unknown outcome holds no probe, its release puts the outcome back with its probe and count', async () => {
+    const s = await open()
+    try {
+      const k = key()
+      const probe = 'GET /charges?idempotencyKey=key-1'
+      await s.claim(k, req('c1', { probe }), T0)
+      await s.finish(k, 'c1', { kind: 'unknown', reason: 'timeout', probeInMs: 2_000 }, 60_000, T0 + 10)
+      expect(await s.takeProbe(k, { seen: 0, afterMs: 2_000, nextInMs: 30_000 }, T0 + 2_010)).toMatchObject({ kind: 'taken', probes: 1 })
+      const { rows } = await admin.query(`SELECT o_kind, o_after FROM "${schema}".fg_claim_many_v2(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY['fp-1'], ARRAY['old'],
+        ARRAY[10000]::bigint[], ARRAY[60000]::bigint[], ARRAY[true], ARRAY[$4]::bigint[])`, [k.route, k.scope, k.key, T0 + 2_020])
+      expect(rows).toEqual([{ o_kind: 'claimed', o_after: 'timeout' }])
+      expect(await s.takeProbe(k, { seen: 0, afterMs: 0, nextInMs: 30_000 }, T0 + 20_000)).toEqual({ kind: 'not_due' })
+      const released = await admin.query(`SELECT o_kind FROM "${schema}".fg_settle_many_v3(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY['old'], ARRAY[NULL]::text[], ARRAY[0]::bigint[],
+        ARRAY[NULL]::integer[], ARRAY[NULL]::text[], ARRAY[NULL]::bytea[], ARRAY[NULL]::text[], ARRAY[NULL]::bigint[])`, [k.route, k.scope, k.key])
+      expect(released.rows).toEqual([{ o_kind: 'restored' }])
+      expect((await s.unknowns(T0 + 2_030)).map((u) => [u.reason, u.probe, u.probes, u.nextProbe])).toEqual([['timeout', probe, 1, T0 + 2_010 + 30_000]])
+      // an older gateway's finish of its own claim leaves no probe behind
+      await admin.query(`SELECT * FROM "${schema}".fg_admit_many_v3(ARRAY['res/old'], ARRAY[1]::bigint[], ARRAY[$1], ARRAY[$2], ARRAY['old-2'], ARRAY['fp'], ARRAY['o2'],
+        ARRAY[10000]::bigint[], ARRAY[60000]::bigint[], ARRAY[false], ARRAY[$3]::bigint[])`, [k.route, k.scope, T0])
+      await admin.query(`SELECT o_kind FROM "${schema}".fg_settle_many_v3(ARRAY[$1], ARRAY[$2], ARRAY['old-2'], ARRAY['o2'], ARRAY['unknown'], ARRAY[60000]::bigint[],
+        ARRAY[NULL]::integer[], ARRAY[NULL]::text[], ARRAY[NULL]::bytea[], ARRAY['reset'], ARRAY[$3]::bigint[])`, [k.route, k.scope, T0 + 1])
+      const old = (await s.unknowns(T0 + 2)).find((u) => u.key.key === 'old-2')
+      expect(old).toEqual({ key: { ...k, key: 'old-2' }, reason: 'reset', leaseUntil: 0, expiresAt: T0 + 1 + 60_000 })
+    } finally {
+      await s.close()
+      await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1`)
+    }
+  })
+
   test('a gateway from before since was kept (the v1 batches) still keeps it, on the database\'s clock, during a rolling upgrade', async () => {
     const s = await open()
     try {

@@ -25,6 +25,9 @@ export function nextProbeAt(r: UnknownRecord, p: { afterMs: number; forMs: numbe
   return due > unknownSince(r, p.ttlMs) + p.forMs ? null : due
 }
 
+/** Probes one settler sends at the same time, per route. */
+export const PROBES_AT_ONCE = 8
+
 export class Settler {
   #timer: NodeJS.Timeout | undefined
   #busy = false
@@ -74,15 +77,23 @@ export class Settler {
       return
     }
     const clock = this.store.clock
-    for (const r of records) {
-      if (this.#stopped) return
-      const due = nextProbeAt(r, { afterMs: p.settle.after, forMs: p.forMs, ttlMs })
-      if (due === null || (clock ? clock.toLocal(due) : due) > Date.now()) continue
-      try {
-        await p.probe(r.key, r.probes ?? 0)
-      } catch (e) {
-        this.log.warn('settle probe not taken or not settled: the store did not answer; the outcome stays unknown', { route: p.route, error: (e as Error).message })
+    const now = Date.now()
+    const due = records.filter((r) => {
+      const at = nextProbeAt(r, { afterMs: p.settle.after, forMs: p.forMs, ttlMs })
+      return at !== null && (clock ? clock.toLocal(at) : at) <= now
+    })
+    // a few at a time: one lookup that hangs for upstream.timeout does not hold up the others
+    let next = 0
+    const worker = async () => {
+      while (next < due.length && !this.#stopped) {
+        const r = due[next++]
+        try {
+          await p.probe(r.key, r.probes ?? 0)
+        } catch (e) {
+          this.log.warn('settle probe not taken or not settled: the store did not answer; the outcome stays unknown', { route: p.route, error: (e as Error).message })
+        }
       }
     }
+    await Promise.all(Array.from({ length: Math.min(PROBES_AT_ONCE, due.length) }, worker))
   }
 }

@@ -84,12 +84,12 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
     return out
   }
 
-  /** the claim arrays, parameters 3–11 of the admit batch and 1–9 of the claim batch */
+  /** the claim arrays, parameters 3–12 of the admit batch and 1–10 of the claim batch */
   const claimColumns = (calls: readonly ClaimCall[]): unknown[][] => [
     calls.map((c) => c.key.route), calls.map((c) => c.key.scope), calls.map((c) => c.key.key),
     calls.map((c) => c.req.fingerprint), calls.map((c) => c.req.claimId),
     calls.map((c) => Math.round(c.req.leaseMs)), calls.map((c) => Math.round(c.req.ttlMs)),
-    calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now),
+    calls.map((c) => c.req.retryUnknown), calls.map((c) => c.now), calls.map((c) => c.req.probe ?? null),
   ]
 
   const fence = batcher((calls: readonly FenceCall[]) => many(calls.length, q.fenceMany,
@@ -107,7 +107,7 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
     }), options)
 
   const settle = batcher(async (calls: readonly SettleCall[]) => {
-    const cols: unknown[][] = Array.from({ length: 11 }, () => [])
+    const cols: unknown[][] = Array.from({ length: 12 }, () => [])
     for (const c of calls) {
       const d = c.done
       const row = [
@@ -117,6 +117,7 @@ export function groupCommit(pool: pg.Pool, q: Queries, write: SequencedQuery): G
         d?.kind === 'completed' ? d.response.body : null,
         d?.kind === 'unknown' ? d.reason : null,
         c.now,
+        d?.kind === 'unknown' && d.probeInMs !== undefined ? Math.max(0, Math.round(d.probeInMs)) : null,
       ]
       row.forEach((v, i) => cols[i].push(v))
     }

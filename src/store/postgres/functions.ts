@@ -23,7 +23,8 @@
  * outcome.
  */
 export const resolveV1 = (s: string): string => `-- an operator settles an unknown outcome (or an in-flight record past its lease):
--- failed deletes the record, completed keeps it as not_stored with status 0
+-- failed deletes the record, completed keeps it as not_stored with status 0, without the probe
+-- fields of idempotency.settle (a body change only: what it takes and answers is unchanged)
 CREATE OR REPLACE FUNCTION ${s}.fg_resolve_v1(
   p_route text, p_scope text, p_key text, p_as text, p_now bigint, p_exp bigint,
   OUT o_kind text, OUT o_reason text, OUT o_state text)
@@ -45,7 +46,8 @@ BEGIN
     DELETE FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
   ELSE
     UPDATE ${s}.fg_records_v1 t SET state = 'not_stored', status = 0, lease_until = 0, expires_at = p_exp,
-      headers = NULL, body = NULL, reason = NULL, after_reason = NULL
+      headers = NULL, body = NULL, reason = NULL, after_reason = NULL,
+      probe = NULL, probes = NULL, next_probe = NULL, after_probe = NULL, after_probes = NULL, after_next = NULL
       WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
   END IF;
 END
@@ -79,66 +81,26 @@ $fn$;
 `
 
 /**
- * The claim on instants (the table of ../record-state.ts). fg_claim_v2 runs it with instants from
- * the server's clock, the legacy batches with the caller's: one body for every version.
+ * The claim on instants, as the legacy batches (and fg_claim_v2) run it: fg_claim_v3 with the
+ * instants made durations from p_now and no probe, so every version runs the one body and a
+ * claim by an older gateway clears the probe fields too (its signature and answer unchanged).
  */
-export const claimV1 = (s: string): string => `CREATE OR REPLACE FUNCTION ${s}.fg_claim_v1(
+export const claimV1 = (s: string): string => `-- v1: the lease's end and the expiry as instants; the body is fg_claim_v3's
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_v1(
   p_route text, p_scope text, p_key text, p_fp text, p_cid text,
   p_lease bigint, p_exp bigint, p_retry boolean, p_now bigint,
   OUT o_kind text, OUT o_after text, OUT o_abandoned boolean, OUT o_lease bigint,
   OUT o_status integer, OUT o_headers text, OUT o_body bytea, OUT o_reason text)
 LANGUAGE plpgsql AS $fn$
-DECLARE
-  r ${s}.fg_records_v1%ROWTYPE;
-  v_fresh boolean := false;
 BEGIN
-  FOR attempt IN 1..5 LOOP
-    INSERT INTO ${s}.fg_records_v1 (route, scope, key, state, fingerprint, claim_id, lease_until, expires_at)
-    VALUES (p_route, p_scope, p_key, 'in_flight', p_fp, p_cid, p_lease, p_exp)
-    ON CONFLICT (route, scope, key) DO NOTHING;
-    IF FOUND THEN o_kind := 'claimed'; RETURN; END IF;
-    SELECT * INTO r FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key FOR UPDATE;
-    EXIT WHEN FOUND;
-    -- released or reaped between the two statements: try the insert again
-  END LOOP;
-  IF r.state IS NULL THEN RAISE EXCEPTION 'claim: the record kept disappearing'; END IF;
-
-  IF r.expires_at <= p_now THEN
-    v_fresh := true; o_kind := 'claimed';
-  ELSIF r.fingerprint <> p_fp THEN
-    o_kind := 'mismatch';
-  ELSIF r.state = 'completed' THEN
-    o_kind := 'completed'; o_status := r.status; o_headers := r.headers; o_body := r.body;
-  ELSIF r.state = 'not_stored' THEN
-    o_kind := 'not_stored'; o_status := coalesce(r.status, 0);
-  ELSIF r.state = 'in_flight' THEN
-    IF r.lease_until > p_now THEN
-      o_kind := 'in_flight'; o_lease := r.lease_until;
-    ELSIF p_retry THEN
-      v_fresh := true; o_kind := 'claimed'; o_after := 'crash'; o_abandoned := true;
-    ELSE
-      -- abandoned: its holder crashed or hung past the lease; reported once, then kept as unknown,
-      -- with its claim_id, lease_until and after_reason, so that its holder's release can undo it
-      UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = 'crash'
-        WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
-      o_kind := 'unknown'; o_reason := 'crash'; o_abandoned := true;
-    END IF;
-  ELSIF p_retry THEN
-    v_fresh := true; o_kind := 'claimed'; o_after := coalesce(r.reason, 'crash');
-  ELSE
-    o_kind := 'unknown'; o_reason := coalesce(r.reason, 'crash');
-  END IF;
-
-  IF v_fresh THEN
-    UPDATE ${s}.fg_records_v1 t SET state = 'in_flight', fingerprint = p_fp, claim_id = p_cid,
-      lease_until = p_lease, expires_at = p_exp, status = NULL, headers = NULL, body = NULL, reason = NULL, after_reason = o_after
-      WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
-  END IF;
+  SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+    INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+    FROM ${s}.fg_claim_v3(p_route, p_scope, p_key, p_fp, p_cid, p_lease - p_now, p_exp - p_now, p_retry, p_now, NULL) c;
 END
 $fn$;
 `
 
-/** The claim on durations: fg_claim_many_v2 and fg_admit_many_v3 run it for each call. */
+/** The claim on durations without a probe: the legacy fg_claim_many_v2 and fg_admit_many_v3 run it for each call. */
 export const claimV2 = (s: string): string => `-- v2: the lease and the ttl as durations from the server's clock (p_now NULL) or from p_now
 CREATE OR REPLACE FUNCTION ${s}.fg_claim_v2(
   p_route text, p_scope text, p_key text, p_fp text, p_cid text,
@@ -173,74 +135,13 @@ END
 $fn$;
 `
 
-/** queries().claimMany: the claim batch. */
-export const claimManyV2 = (s: string): string => `-- v2 of the claim batch and v3 of the admit batch: durations (p_lease_ms, p_ttl_ms) from the
--- server's clock, read for each call as it runs (p_now NULL), through fg_claim_v2
-CREATE OR REPLACE FUNCTION ${s}.fg_claim_many_v2(
-  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
-  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[])
-RETURNS TABLE (o_i integer, o_kind text, o_after text, o_abandoned boolean, o_lease bigint,
-  o_status integer, o_headers text, o_body bytea, o_reason text)
-LANGUAGE plpgsql AS $fn$
-DECLARE v_i integer;
-BEGIN
-  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
-    SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
-      INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
-      FROM ${s}.fg_claim_v2(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i]) c;
-    o_i := v_i;
-    RETURN NEXT;
-  END LOOP;
-END
-$fn$;
-`
-
-/**
- * queries().admitMany: fence and, when it accepts, claim. Every fence of the batch runs before
- * any claim, so admit batches take row locks in the same order as the fence and claim batches.
- */
-export const admitManyV3 = (s: string): string => `CREATE OR REPLACE FUNCTION ${s}.fg_admit_many_v3(
-  p_resources text[], p_tokens bigint[],
-  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
-  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[])
-RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_since bigint, o_raised boolean, o_kind text, o_after text, o_abandoned boolean,
-  o_lease bigint, o_status integer, o_headers text, o_body bytea, o_reason text)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-  v_i integer;
-  v_accepted boolean[] := '{}';
-  v_highest text[] := '{}';
-  v_since bigint[] := '{}';
-  v_raised boolean[] := '{}';
-BEGIN
-  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
-    SELECT f.o_accepted, f.o_highest, f.o_since, f.o_raised INTO o_accepted, o_highest, o_since, o_raised
-      FROM ${s}.fg_fence_v2(p_resources[v_i], p_tokens[v_i], p_now[v_i]) f;
-    v_accepted[v_i] := o_accepted;
-    v_highest[v_i] := o_highest;
-    v_since[v_i] := o_since;
-    v_raised[v_i] := o_raised;
-  END LOOP;
-  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
-    o_i := v_i; o_accepted := v_accepted[v_i]; o_highest := v_highest[v_i]; o_since := v_since[v_i]; o_raised := v_raised[v_i];
-    o_kind := NULL; o_after := NULL; o_abandoned := NULL; o_lease := NULL; o_status := NULL; o_headers := NULL; o_body := NULL; o_reason := NULL;
-    IF o_accepted THEN
-      SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
-        INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
-        FROM ${s}.fg_claim_v2(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i]) c;
-    END IF;
-    RETURN NEXT;
-  END LOOP;
-END
-$fn$;
-`
-
-/** A release, as every settle batch (v1, v2, v3) runs it: the one body that gives a claim back. */
+/** A release, as every settle batch (v1 … v4) runs it: the one body that gives a claim back. */
 export const releaseV1 = (s: string): string => `-- a release by the claim p_cid (src/store/shared/record-state.ts decideRelease): while the record is in
 -- flight under p_cid, or is the unknown outcome (reason crash) that claim's own lapsed lease made
 -- (fg_claim_v1 keeps claim_id and lease_until then; a finish and this function write lease_until
 -- 0, a takeover another claim_id, a resolution another state), it deletes the record or puts
--- back the unknown outcome the claim took over (after_reason), with the claim's expiry.
+-- back the unknown outcome the claim took over (after_reason) with its probe fields (after_probe,
+-- after_probes, after_next: a body change only), with the claim's expiry.
 -- o_kind: released | restored | not_held; o_lapsed: it undid such a lapsed lease
 CREATE OR REPLACE FUNCTION ${s}.fg_release_v1(p_route text, p_scope text, p_key text, p_cid text,
   OUT o_kind text, OUT o_lapsed boolean)
@@ -261,36 +162,11 @@ BEGIN
     DELETE FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
     o_kind := 'released';
   ELSE
-    UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = r.after_reason, after_reason = NULL, lease_until = 0
+    UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = r.after_reason, after_reason = NULL, lease_until = 0,
+      probe = r.after_probe, probes = r.after_probes, next_probe = r.after_next, after_probe = NULL, after_probes = NULL, after_next = NULL
       WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
     o_kind := 'restored';
   END IF;
-END
-$fn$;
-`
-
-/** queries().settleMany: finishes and releases. */
-export const settleManyV3 = (s: string): string => `-- v3 of settle: as v2, and answers each call (o_i): a release what fg_release_v1 did, a finish NULL.
--- v2 and v1 stay for gateways from before; their releases run fg_release_v1 too.
-CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v3(
-  p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_ttl_ms bigint[],
-  p_status integer[], p_headers text[], p_body bytea[], p_reason text[], p_now bigint[])
-RETURNS TABLE (o_i integer, o_kind text, o_lapsed boolean)
-LANGUAGE plpgsql AS $fn$
-DECLARE v_i integer;
-BEGIN
-  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
-    o_i := v_i; o_kind := NULL; o_lapsed := NULL;
-    IF p_state[v_i] IS NULL THEN
-      SELECT x.o_kind, x.o_lapsed INTO o_kind, o_lapsed FROM ${s}.fg_release_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_cid[v_i]) x;
-    ELSE
-      UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0,
-        expires_at = coalesce(p_now[v_i], ${s}.fg_now_ms_v1()) + p_ttl_ms[v_i], status = p_status[v_i],
-        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i], after_reason = NULL
-        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
-    END IF;
-    RETURN NEXT;
-  END LOOP;
 END
 $fn$;
 `
@@ -341,6 +217,240 @@ BEGIN
     END IF;
   END LOOP;
   RETURN coalesce(array_length(p_resources, 1), 0);
+END
+$fn$;
+`
+
+/**
+ * The claim (the table of ../shared/record-state.ts), the one body every claim function runs:
+ * durations from the server's clock (p_now NULL) or from p_now, and `idempotency.settle`'s filled
+ * probe request (p_probe, NULL without settle), kept with the record while in flight or unknown.
+ * A takeover keeps the probe fields of the outcome it took over (after_probe, after_probes,
+ * after_next) for its release to put back.
+ */
+export const claimV3 = (s: string): string => `-- v3: the claim with its probe request (idempotency.settle); fg_claim_v1 and fg_claim_v2 run it
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_v3(
+  p_route text, p_scope text, p_key text, p_fp text, p_cid text,
+  p_lease_ms bigint, p_ttl_ms bigint, p_retry boolean, p_now bigint, p_probe text,
+  OUT o_kind text, OUT o_after text, OUT o_abandoned boolean, OUT o_lease bigint,
+  OUT o_status integer, OUT o_headers text, OUT o_body bytea, OUT o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  r ${s}.fg_records_v1%ROWTYPE;
+  v_fresh boolean := false;
+  v_now bigint := coalesce(p_now, ${s}.fg_now_ms_v1());
+  v_lease bigint := v_now + p_lease_ms;
+  v_exp bigint := v_now + p_ttl_ms;
+BEGIN
+  FOR attempt IN 1..5 LOOP
+    INSERT INTO ${s}.fg_records_v1 (route, scope, key, state, fingerprint, claim_id, lease_until, expires_at, probe)
+    VALUES (p_route, p_scope, p_key, 'in_flight', p_fp, p_cid, v_lease, v_exp, p_probe)
+    ON CONFLICT (route, scope, key) DO NOTHING;
+    IF FOUND THEN o_kind := 'claimed'; RETURN; END IF;
+    SELECT * INTO r FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key FOR UPDATE;
+    EXIT WHEN FOUND;
+    -- released or reaped between the two statements: try the insert again
+  END LOOP;
+  IF r.state IS NULL THEN RAISE EXCEPTION 'claim: the record kept disappearing'; END IF;
+
+  IF r.expires_at <= v_now THEN
+    v_fresh := true; o_kind := 'claimed';
+  ELSIF r.fingerprint <> p_fp THEN
+    o_kind := 'mismatch';
+  ELSIF r.state = 'completed' THEN
+    o_kind := 'completed'; o_status := r.status; o_headers := r.headers; o_body := r.body;
+  ELSIF r.state = 'not_stored' THEN
+    o_kind := 'not_stored'; o_status := coalesce(r.status, 0);
+  ELSIF r.state = 'in_flight' THEN
+    IF r.lease_until > v_now THEN
+      o_kind := 'in_flight'; o_lease := r.lease_until;
+    ELSIF p_retry THEN
+      v_fresh := true; o_kind := 'claimed'; o_after := 'crash'; o_abandoned := true;
+    ELSE
+      -- abandoned: its holder crashed or hung past the lease; reported once, then kept as unknown,
+      -- with its claim_id, lease_until, after_reason and probe, so that its holder's release can
+      -- undo it and a probe can still ask about it
+      UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = 'crash'
+        WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+      o_kind := 'unknown'; o_reason := 'crash'; o_abandoned := true;
+    END IF;
+  ELSIF p_retry THEN
+    v_fresh := true; o_kind := 'claimed'; o_after := coalesce(r.reason, 'crash');
+  ELSE
+    o_kind := 'unknown'; o_reason := coalesce(r.reason, 'crash');
+  END IF;
+
+  IF v_fresh THEN
+    UPDATE ${s}.fg_records_v1 t SET state = 'in_flight', fingerprint = p_fp, claim_id = p_cid,
+      lease_until = v_lease, expires_at = v_exp, status = NULL, headers = NULL, body = NULL, reason = NULL, after_reason = o_after,
+      probe = p_probe, probes = NULL, next_probe = NULL,
+      after_probe = CASE WHEN o_after IS NULL THEN NULL ELSE r.probe END,
+      after_probes = CASE WHEN o_after IS NULL THEN NULL ELSE r.probes END,
+      after_next = CASE WHEN o_after IS NULL THEN NULL ELSE r.next_probe END
+      WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+  END IF;
+END
+$fn$;
+`
+
+/** queries().claimMany: the claim batch. */
+export const claimManyV3 = (s: string): string => `-- v3 of the claim batch and v4 of the admit batch: each claim with its probe request (p_probe,
+-- NULL without idempotency.settle), through fg_claim_v3
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_many_v3(
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[], p_probe text[])
+RETURNS TABLE (o_i integer, o_kind text, o_after text, o_abandoned boolean, o_lease bigint,
+  o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+      INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+      FROM ${s}.fg_claim_v3(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i], p_probe[v_i]) c;
+    o_i := v_i;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`
+
+/**
+ * queries().admitMany: fence and, when it accepts, claim. Every fence of the batch runs before
+ * any claim, so admit batches take row locks in the same order as the fence and claim batches.
+ */
+export const admitManyV4 = (s: string): string => `-- v4: as v3, each claim with its probe request (p_probe), through fg_claim_v3
+CREATE OR REPLACE FUNCTION ${s}.fg_admit_many_v4(
+  p_resources text[], p_tokens bigint[],
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[], p_probe text[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_since bigint, o_raised boolean, o_kind text, o_after text, o_abandoned boolean,
+  o_lease bigint, o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_accepted boolean[] := '{}';
+  v_highest text[] := '{}';
+  v_since bigint[] := '{}';
+  v_raised boolean[] := '{}';
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest, f.o_since, f.o_raised INTO o_accepted, o_highest, o_since, o_raised
+      FROM ${s}.fg_fence_v2(p_resources[v_i], p_tokens[v_i], p_now[v_i]) f;
+    v_accepted[v_i] := o_accepted;
+    v_highest[v_i] := o_highest;
+    v_since[v_i] := o_since;
+    v_raised[v_i] := o_raised;
+  END LOOP;
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_accepted := v_accepted[v_i]; o_highest := v_highest[v_i]; o_since := v_since[v_i]; o_raised := v_raised[v_i];
+    o_kind := NULL; o_after := NULL; o_abandoned := NULL; o_lease := NULL; o_status := NULL; o_headers := NULL; o_body := NULL; o_reason := NULL;
+    IF o_accepted THEN
+      SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+        INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+        FROM ${s}.fg_claim_v3(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i], p_probe[v_i]) c;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`
+
+/** queries().settleMany: finishes and releases. */
+export const settleManyV4 = (s: string): string => `-- v4 of settle: as v3, and a finish as unknown of a record holding a probe request sets its first
+-- probe time p_probe_ms from now (NULL: none); a finish as completed or not stored drops the probe
+CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v4(
+  p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_ttl_ms bigint[],
+  p_status integer[], p_headers text[], p_body bytea[], p_reason text[], p_now bigint[], p_probe_ms bigint[])
+RETURNS TABLE (o_i integer, o_kind text, o_lapsed boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_now bigint;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_kind := NULL; o_lapsed := NULL;
+    IF p_state[v_i] IS NULL THEN
+      SELECT x.o_kind, x.o_lapsed INTO o_kind, o_lapsed FROM ${s}.fg_release_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_cid[v_i]) x;
+    ELSE
+      v_now := coalesce(p_now[v_i], ${s}.fg_now_ms_v1());
+      UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0,
+        expires_at = v_now + p_ttl_ms[v_i], status = p_status[v_i],
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i], after_reason = NULL,
+        probe = CASE WHEN p_state[v_i] = 'unknown' THEN t.probe END, probes = NULL,
+        next_probe = CASE WHEN p_state[v_i] = 'unknown' AND t.probe IS NOT NULL THEN v_now + p_probe_ms[v_i] END,
+        after_probe = NULL, after_probes = NULL, after_next = NULL
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`
+
+/** queries().takeProbe (`idempotency.settle`, Store.takeProbe). */
+export const takeProbeV1 = (s: string): string => `-- the next probe of an unknown outcome (src/store/shared/record-state.ts decideTakeProbe): an
+-- unknown record holding a probe, or one in flight past its lease (it becomes unknown, reason
+-- crash, claim_id and lease_until kept for its holder's release), with p_seen probes so far and
+-- the next due — at next_probe, else p_after_ms past the lapsed lease — on the server's clock
+-- read after the row lock (p_now NULL). Then probes = p_seen + 1, the next due p_next_ms on.
+-- o_kind: taken | not_due (nothing written)
+CREATE OR REPLACE FUNCTION ${s}.fg_take_probe_v1(p_route text, p_scope text, p_key text,
+  p_seen integer, p_after_ms bigint, p_next_ms bigint, p_now bigint,
+  OUT o_kind text, OUT o_probe text, OUT o_probes integer, OUT o_reason text, OUT o_abandoned boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  r ${s}.fg_records_v1%ROWTYPE;
+  v_now bigint;
+  v_abandoned boolean;
+BEGIN
+  o_kind := 'not_due';
+  SELECT * INTO r FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key FOR UPDATE;
+  v_now := coalesce(p_now, ${s}.fg_now_ms_v1());
+  IF r.state IS NULL OR r.expires_at <= v_now OR r.probe IS NULL THEN RETURN; END IF;
+  v_abandoned := r.state = 'in_flight';
+  IF v_abandoned THEN
+    IF r.lease_until > v_now THEN RETURN; END IF;
+  ELSIF r.state <> 'unknown' THEN
+    RETURN;
+  END IF;
+  IF coalesce(r.probes, 0) <> p_seen THEN RETURN; END IF;
+  IF coalesce(r.next_probe, r.lease_until + p_after_ms) > v_now THEN RETURN; END IF;
+  o_kind := 'taken'; o_probe := r.probe; o_probes := p_seen + 1; o_abandoned := v_abandoned;
+  o_reason := CASE WHEN v_abandoned THEN 'crash' ELSE coalesce(r.reason, 'crash') END;
+  UPDATE ${s}.fg_records_v1 t SET state = 'unknown', reason = o_reason, probes = o_probes, next_probe = v_now + p_next_ms
+    WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+END
+$fn$;
+`
+
+/** queries().settleUnknown (`idempotency.settle`, Store.settle). */
+export const settleUnknownV1 = (s: string): string => `-- settles the unknown outcome with p_probes probes taken (src/store/shared/record-state.ts
+-- decideSettle): applied, completed with the probe's response for p_ttl_ms; not_applied, deleted.
+-- Anything else (resolved, taken over, probed again, expired) is left alone.
+-- o_kind: settled (o_reason, the unknown reason) | moved
+CREATE OR REPLACE FUNCTION ${s}.fg_settle_unknown_v1(p_route text, p_scope text, p_key text,
+  p_probes integer, p_as text, p_ttl_ms bigint, p_status integer, p_headers text, p_body bytea, p_now bigint,
+  OUT o_kind text, OUT o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  r ${s}.fg_records_v1%ROWTYPE;
+  v_now bigint;
+BEGIN
+  SELECT * INTO r FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key FOR UPDATE;
+  v_now := coalesce(p_now, ${s}.fg_now_ms_v1());
+  IF r.state IS DISTINCT FROM 'unknown' OR r.expires_at <= v_now OR coalesce(r.probes, 0) <> p_probes THEN
+    o_kind := 'moved'; RETURN;
+  END IF;
+  o_kind := 'settled'; o_reason := coalesce(r.reason, 'crash');
+  IF p_as = 'not_applied' THEN
+    DELETE FROM ${s}.fg_records_v1 t WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+  ELSE
+    UPDATE ${s}.fg_records_v1 t SET state = 'completed', lease_until = 0, expires_at = v_now + p_ttl_ms,
+      status = p_status, headers = p_headers, body = p_body, reason = NULL, after_reason = NULL,
+      probe = NULL, probes = NULL, next_probe = NULL, after_probe = NULL, after_probes = NULL, after_next = NULL
+      WHERE t.route = p_route AND t.scope = p_scope AND t.key = p_key;
+  END IF;
 END
 $fn$;
 `

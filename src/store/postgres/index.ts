@@ -30,7 +30,7 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
@@ -50,7 +50,7 @@ import type { LossNote } from '../state-loss/note.js'
 import { readHighest, readMark, readUnknowns } from './reads.js'
 import { olderRegistered, register } from './serialize.js'
 import { reapIn } from './reaping.js'
-import { renew, resolve } from './records.js'
+import { renew, resolve, settle, takeProbe } from './records.js'
 
 export { migratePostgres }
 export type { PostgresStoreOptions } from './pool.js'
@@ -226,9 +226,12 @@ export class PostgresStore implements Store {
     return this.#run('renew', () => renew(this.#pool, this.#q, key, claimId, leaseMs, this.#now(now)))
   }
 
-  // TODO(settle): the engine's takeProbe and settle (contract §4a)
-  takeProbe(): Promise<ProbeTake> { return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe')) }
-  settle(): Promise<SettleResult> { return Promise.reject(new StoreError('settle is not built on this store yet', 'settle')) }
+  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> {
+    return this.#run('take_probe', () => takeProbe(this.#write, this.#q, key, p, this.#now(now)))
+  }
+  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> {
+    return this.#run('settle', () => settle(this.#write, this.#q, key, probes, as, ttlMs, this.#now(now)))
+  }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', () => resolve(this.#write, this.#q, key, as, ttlMs, this.#now(now)))

@@ -252,3 +252,100 @@ BEGIN
 END
 $fn$;
 `
+
+/**
+ * Called by gateways built from dd3c0bd (the store's clock) up to 2f33a51 (settle's interface, before
+ * its PostgreSQL engine), which claim without a probe; drop once no gateway older than the commit
+ * that added fg_claim_many_v3 runs against the schema, with fg_claim_v2.
+ */
+export const claimManyV2 = (s: string): string => `-- v2 of the claim batch and v3 of the admit batch: durations (p_lease_ms, p_ttl_ms) from the
+-- server's clock, read for each call as it runs (p_now NULL), through fg_claim_v2
+CREATE OR REPLACE FUNCTION ${s}.fg_claim_many_v2(
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_kind text, o_after text, o_abandoned boolean, o_lease bigint,
+  o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+      INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+      FROM ${s}.fg_claim_v2(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i]) c;
+    o_i := v_i;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`
+
+/**
+ * Called by gateways built from dd3c0bd (the store's clock) up to 2f33a51 (settle's interface,
+ * before its PostgreSQL engine); drop once no gateway older than the commit that added
+ * fg_admit_many_v4 runs against the schema.
+ */
+export const admitManyV3 = (s: string): string => `CREATE OR REPLACE FUNCTION ${s}.fg_admit_many_v3(
+  p_resources text[], p_tokens bigint[],
+  p_route text[], p_scope text[], p_key text[], p_fp text[], p_cid text[],
+  p_lease_ms bigint[], p_ttl_ms bigint[], p_retry boolean[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_accepted boolean, o_highest text, o_since bigint, o_raised boolean, o_kind text, o_after text, o_abandoned boolean,
+  o_lease bigint, o_status integer, o_headers text, o_body bytea, o_reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i integer;
+  v_accepted boolean[] := '{}';
+  v_highest text[] := '{}';
+  v_since bigint[] := '{}';
+  v_raised boolean[] := '{}';
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    SELECT f.o_accepted, f.o_highest, f.o_since, f.o_raised INTO o_accepted, o_highest, o_since, o_raised
+      FROM ${s}.fg_fence_v2(p_resources[v_i], p_tokens[v_i], p_now[v_i]) f;
+    v_accepted[v_i] := o_accepted;
+    v_highest[v_i] := o_highest;
+    v_since[v_i] := o_since;
+    v_raised[v_i] := o_raised;
+  END LOOP;
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_accepted := v_accepted[v_i]; o_highest := v_highest[v_i]; o_since := v_since[v_i]; o_raised := v_raised[v_i];
+    o_kind := NULL; o_after := NULL; o_abandoned := NULL; o_lease := NULL; o_status := NULL; o_headers := NULL; o_body := NULL; o_reason := NULL;
+    IF o_accepted THEN
+      SELECT c.o_kind, c.o_after, c.o_abandoned, c.o_lease, c.o_status, c.o_headers, c.o_body, c.o_reason
+        INTO o_kind, o_after, o_abandoned, o_lease, o_status, o_headers, o_body, o_reason
+        FROM ${s}.fg_claim_v2(p_route[v_i], p_scope[v_i], p_key[v_i], p_fp[v_i], p_cid[v_i], p_lease_ms[v_i], p_ttl_ms[v_i], p_retry[v_i], p_now[v_i]) c;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`
+
+/**
+ * Called by gateways built from c4d13e7 (a release answers what it did) up to 2f33a51 (settle's
+ * interface, before its PostgreSQL engine), whose finishes set no first probe time; drop once no
+ * gateway older than the commit that added fg_settle_many_v4 runs against the schema.
+ */
+export const settleManyV3 = (s: string): string => `-- v3 of settle: as v2, and answers each call (o_i): a release what fg_release_v1 did, a finish NULL.
+-- v2 and v1 stay for gateways from before; their releases run fg_release_v1 too.
+CREATE OR REPLACE FUNCTION ${s}.fg_settle_many_v3(
+  p_route text[], p_scope text[], p_key text[], p_cid text[], p_state text[], p_ttl_ms bigint[],
+  p_status integer[], p_headers text[], p_body bytea[], p_reason text[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_kind text, o_lapsed boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_route, p_scope, p_key) WITH ORDINALITY AS t(r, s, k, n) ORDER BY t.r, t.s, t.k, t.n LOOP
+    o_i := v_i; o_kind := NULL; o_lapsed := NULL;
+    IF p_state[v_i] IS NULL THEN
+      SELECT x.o_kind, x.o_lapsed INTO o_kind, o_lapsed FROM ${s}.fg_release_v1(p_route[v_i], p_scope[v_i], p_key[v_i], p_cid[v_i]) x;
+    ELSE
+      UPDATE ${s}.fg_records_v1 t SET state = p_state[v_i], lease_until = 0,
+        expires_at = coalesce(p_now[v_i], ${s}.fg_now_ms_v1()) + p_ttl_ms[v_i], status = p_status[v_i],
+        headers = p_headers[v_i], body = p_body[v_i], reason = p_reason[v_i], after_reason = NULL
+        WHERE t.route = p_route[v_i] AND t.scope = p_scope[v_i] AND t.key = p_key[v_i] AND t.claim_id = p_cid[v_i] AND t.state = 'in_flight';
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`

@@ -30,18 +30,21 @@ export function queries(s: string) {
       UPDATE ${s}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`,
     lossNote: `SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'lossnote'`,
     /**
-     * true when the newest pieces of the schema are there: the v3 admit batch (the server's clock;
-     * made by the same migration as the marks' since and the attempt log's upstream_ms, late_ms
-     * and highest_token) and the v3 settle batch with the records' after_reason; $1 and $3 are the
-     * qualified names of fg_admit_many_v3 and fg_settle_many_v3, $2 the schema's bare name
+     * true when the newest pieces of the schema are there: the v4 admit batch (the claim's probe;
+     * made by the same migration as the marks' since, the attempt log's upstream_ms, late_ms and
+     * highest_token, fg_take_probe_v1 and fg_settle_unknown_v1) and the v4 settle batch, with the
+     * records' after_reason and probe columns; $1 and $3 are the qualified names of
+     * fg_admit_many_v4 and fg_settle_many_v4, $2 the schema's bare name
      */
     upToDate: `SELECT to_regproc($1) IS NOT NULL AND to_regproc($3) IS NOT NULL
         AND EXISTS (SELECT 1 FROM information_schema.columns
           WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'highest_token')
         AND EXISTS (SELECT 1 FROM information_schema.columns
-          WHERE table_schema = $2 AND table_name = 'fg_records_v1' AND column_name = 'after_reason') AS ok`,
-    admitManyName: `${s}.fg_admit_many_v3`,
-    settleManyName: `${s}.fg_settle_many_v3`,
+          WHERE table_schema = $2 AND table_name = 'fg_records_v1' AND column_name = 'after_reason')
+        AND EXISTS (SELECT 1 FROM information_schema.columns
+          WHERE table_schema = $2 AND table_name = 'fg_records_v1' AND column_name = 'after_next') AS ok`,
+    admitManyName: `${s}.fg_admit_many_v4`,
+    settleManyName: `${s}.fg_settle_many_v4`,
     /** the server's clock, epoch ms (../clock.ts measures the offset with it) */
     clock: named('fg_clock', 'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms'),
     ping: named('fg_ping', `SELECT 1 FROM ${s}.fg_meta_v1 LIMIT 1`),
@@ -54,9 +57,9 @@ export function queries(s: string) {
 
     // the request path's batches (./batches.ts): one call of a *_many function each
     fenceMany: named('fg_fence_many_v2', `SELECT o_i, o_accepted, o_highest, o_since, o_raised FROM ${s}.fg_fence_many_v2($1::text[], $2::bigint[], $3::bigint[])`),
-    claimMany: named('fg_claim_many_v2', `SELECT * FROM ${s}.fg_claim_many_v2($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint[])`),
-    admitMany: named('fg_admit_many_v3', `SELECT * FROM ${s}.fg_admit_many_v3($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[])`),
-    settleMany: named('fg_settle_many_v3', `SELECT * FROM ${s}.fg_settle_many_v3($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[], $11::bigint[])`),
+    claimMany: named('fg_claim_many_v3', `SELECT * FROM ${s}.fg_claim_many_v3($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::boolean[], $9::bigint[], $10::text[])`),
+    admitMany: named('fg_admit_many_v4', `SELECT * FROM ${s}.fg_admit_many_v4($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::boolean[], $11::bigint[], $12::text[])`),
+    settleMany: named('fg_settle_many_v4', `SELECT * FROM ${s}.fg_settle_many_v4($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::integer[], $8::text[], $9::bytea[], $10::text[], $11::bigint[], $12::bigint[])`),
 
     // idempotency records off the group commit
     /** $1 leaseMs, $6 now */
@@ -64,7 +67,11 @@ export function queries(s: string) {
           WHERE route = $2 AND scope = $3 AND key = $4 AND claim_id = $5 AND state = 'in_flight'`),
     /** $5 now, $6 ttlMs */
     resolve: named('fg_resolve_v2', `SELECT r.* FROM (SELECT coalesce($5::bigint, ${s}.fg_now_ms_v1()) AS n) t, ${s}.fg_resolve_v1($1, $2, $3, $4, t.n, t.n + $6::bigint) r`),
-    unknowns: named('fg_unknowns_v2', `SELECT route, scope, key, state, reason, lease_until, expires_at FROM ${s}.fg_records_v1,
+    /** idempotency.settle: $4 seen, $5 afterMs, $6 nextInMs, $7 now */
+    takeProbe: named('fg_take_probe_v1', `SELECT * FROM ${s}.fg_take_probe_v1($1, $2, $3, $4::integer, $5::bigint, $6::bigint, $7::bigint)`),
+    /** idempotency.settle: $4 probes, $5 applied | not_applied, $6 ttlMs, $7–$9 the response, $10 now */
+    settleUnknown: named('fg_settle_unknown_v1', `SELECT * FROM ${s}.fg_settle_unknown_v1($1, $2, $3, $4::integer, $5, $6::bigint, $7::integer, $8, $9::bytea, $10::bigint)`),
+    unknowns: named('fg_unknowns_v3', `SELECT route, scope, key, state, reason, lease_until, expires_at, probe, probes, next_probe FROM ${s}.fg_records_v1,
             (SELECT coalesce($1::bigint, ${s}.fg_now_ms_v1()) AS n) t
           WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= t.n) AND expires_at > t.n
             AND ($2::text IS NULL OR route = $2) LIMIT $3`),

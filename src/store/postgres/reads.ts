@@ -21,14 +21,24 @@ export async function readMark(pool: pg.Pool, q: Queries, clock: StoreClock, res
 
 /** At most `limit`, only `route`'s when given; `now` null: the server's clock. */
 export async function readUnknowns(pool: pg.Pool, q: Queries, now: number | null, route: string | undefined, limit: number): Promise<UnknownRecord[]> {
-  const { rows } = await pool.query<{ route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string }>({
+  const { rows } = await pool.query<{
+    route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string
+    probe: string | null; probes: number | null; next_probe: string | null
+  }>({
     ...q.unknowns,
     values: [now, route ?? null, limit],
   })
-  return rows.map((r) => ({
-    key: { route: r.route, scope: r.scope, key: r.key },
-    reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
-    leaseUntil: Number(r.lease_until),
-    expiresAt: Number(r.expires_at),
-  }))
+  return rows.map((r) => {
+    const u: UnknownRecord = {
+      key: { route: r.route, scope: r.scope, key: r.key },
+      reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
+      leaseUntil: Number(r.lease_until),
+      expiresAt: Number(r.expires_at),
+    }
+    // idempotency.settle's fields, only where the record holds them
+    if (r.probe !== null) u.probe = r.probe
+    if (r.probes !== null) u.probes = Number(r.probes)
+    if (r.next_probe !== null) u.nextProbe = Number(r.next_probe)
+    return u
+  })
 }

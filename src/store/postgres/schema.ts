@@ -21,6 +21,15 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_records_v1 (
 -- in flight: the unknown outcome this claim took over (its o_after), kept when its lease lapses
 -- into an unknown outcome, so that its release puts that outcome back (fg_release_v1)
 ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS after_reason text;
+-- idempotency.settle: the filled probe request (in flight or unknown), the probes taken and when
+-- the next is due (epoch ms); in flight, those of the unknown outcome the claim took over, which
+-- its release puts back
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS probe text;
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS probes integer;
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS next_probe bigint;
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS after_probe text;
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS after_probes integer;
+ALTER TABLE ${s}.fg_records_v1 ADD COLUMN IF NOT EXISTS after_next bigint;
 CREATE INDEX IF NOT EXISTS fg_records_v1_expires ON ${s}.fg_records_v1 (expires_at);
 CREATE INDEX IF NOT EXISTS fg_records_v1_unsettled ON ${s}.fg_records_v1 (route) WHERE state IN ('unknown', 'in_flight');
 

@@ -18,7 +18,8 @@ const SCHEMA: Piece[] = [
   tables,
   live.resolveV1, live.nowMsV1, live.fenceV2, legacy.fenceV1, live.claimV1, live.claimV2,
   legacy.fenceManyV1, legacy.claimManyV1, legacy.admitManyV1, live.fenceManyV2, legacy.admitManyV2,
-  live.claimManyV2, live.admitManyV3, live.releaseV1, live.settleManyV3, legacy.settleManyV2, legacy.settleManyV1,
+  legacy.claimManyV2, legacy.admitManyV3, live.releaseV1, legacy.settleManyV3, legacy.settleManyV2, legacy.settleManyV1,
+  live.claimV3, live.claimManyV3, live.admitManyV4, live.settleManyV4, live.takeProbeV1, live.settleUnknownV1,
 ]
 
 const REGISTRATIONS: Piece[] = [

@@ -21,7 +21,7 @@
  * and here the `Store` operations, which put those together.
  */
 import { storeCall } from '../shared/call.js'
-import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type ProbeTake, type Resolution, type SettleResult, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
 import { StoreClock } from '../shared/clock.js'
@@ -35,7 +35,7 @@ import type { LossNote } from '../state-loss/note.js'
 import { unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { admit, claim, fence, type Admission } from './admission.js'
-import { finish, release, renew, resolve } from './records.js'
+import { finish, release, renew, resolve, settle, takeProbe } from './records.js'
 import { olderRegistered, register, unregister } from './serialize.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
@@ -244,9 +244,8 @@ export class RedisStore implements Store {
     return this.#run('release', () => release(this.#ops, key, claimId))
   }
 
-  // TODO(settle): the engine's takeProbe and settle (contract §4a)
-  takeProbe(): Promise<ProbeTake> { return Promise.reject(new StoreError('takeProbe is not built on this store yet', 'take_probe')) }
-  settle(): Promise<SettleResult> { return Promise.reject(new StoreError('settle is not built on this store yet', 'settle')) }
+  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> { return this.#run('take_probe', () => takeProbe(this.#ops, key, p, now)) }
+  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> { return this.#run('settle', () => settle(this.#ops, key, probes, as, ttlMs, now)) }
 
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
     return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now))

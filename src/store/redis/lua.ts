@@ -80,7 +80,10 @@ return {1, t, now, 1}
 `
 
 // KEYS[1] = record key, KEYS[2] = the index (one server); ARGV = fingerprint, claimId, leaseMs, ttlMs,
-// retry (1|0), now ('' : TIME).
+// retry (1|0), now ('' : TIME), probe (`idempotency.settle`'s filled probe request, '' or absent:
+// none — an older gateway sends six). The record keeps `probe` while in flight or unknown; a
+// takeover keeps the probe fields of the outcome it took over (`aprobe`, `aprobes`, `anp`) for
+// RELEASE to put back.
 // Answers CLAIM_FIELDS, one a position, '' where the kind has none (abandoned: '1' or '').
 // A claim that finds the record in flight under its own claim id is this very call sent again
 // (a cluster client resends a command whose connection closed before the reply): it answers as
@@ -90,19 +93,25 @@ return {1, t, now, 1}
 // the script has written nothing yet, and never stops it midway (script.c scriptVerifyOOM).
 export const CLAIM = `
 ${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
-local fp, cid, ttl, retry, now = ARGV[1], ARGV[2], ARGV[4], ARGV[5] == '1', clock(ARGV[6])
+local fp, cid, ttl, retry, now, probe = ARGV[1], ARGV[2], ARGV[4], ARGV[5] == '1', clock(ARGV[6]), ARGV[7] or ''
 local leaseUntil, expiresAt = ms(now + tonumber(ARGV[3])), ms(now + tonumber(ttl))
 local function answer(a)
   return {a[1], a.after or '', a.abandoned and '1' or '', a.status or '', a.headers or '', a.body or '', a.lease or '', a.reason or ''}
 end
+local r = redis.call('HMGET', k, 'state', 'fp', 'lease', 'exp', 'reason', 'status', 'cid', 'after', 'ab', 'probe', 'probes', 'np')
 local function fresh(after, abandoned)
   redis.call('DEL', k)
   redis.call('HSET', k, 'state', 'in_flight', 'fp', fp, 'cid', cid, 'lease', leaseUntil, 'exp', expiresAt)
-  if after then redis.call('HSET', k, 'after', after, 'ab', abandoned) end
+  if probe ~= '' then redis.call('HSET', k, 'probe', probe) end
+  if after then
+    redis.call('HSET', k, 'after', after, 'ab', abandoned)
+    if r[10] then redis.call('HSET', k, 'aprobe', r[10]) end
+    if r[11] then redis.call('HSET', k, 'aprobes', r[11]) end
+    if r[12] then redis.call('HSET', k, 'anp', r[12]) end
+  end
   redis.call('PEXPIRE', k, ttl)
   unsettled(ix, k, expiresAt)
 end
-local r = redis.call('HMGET', k, 'state', 'fp', 'lease', 'exp', 'reason', 'status', 'cid', 'after', 'ab')
 local state = r[1]
 if not state or tonumber(r[4]) <= now then
   fresh()
@@ -139,7 +148,8 @@ return answer{'unknown', reason = reason}
 
 // KEYS[1] = fence key, KEYS[2] = record key, KEYS[3] = the fence's since key, KEYS[4] = the index
 // of unsettled records; ARGV[1] = token,
-// ARGV[2..7] = CLAIM's ARGV (ARGV[7] is now, '' for TIME, also for the since of a mark FENCE raises).
+// ARGV[2..8] = CLAIM's ARGV (ARGV[7] is now, '' for TIME, also for the since of a mark FENCE raises;
+// ARGV[8] the probe).
 // FENCE, and CLAIM only when it accepts. Answers FENCE's four fields, then — when it accepted —
 // CLAIM's. Its two keys hash to two cluster slots: one Redis (with replicas) runs it; on a
 // cluster the store runs FENCE and CLAIM in turn instead. When CLAIM fails (a runtime error)
@@ -154,19 +164,21 @@ ${CLAIM}
 end
 local f = fence({KEYS[1], KEYS[3]}, {ARGV[1], '0', ARGV[7]})
 if f[1] == 0 then return f end
-local c = claim({KEYS[2], KEYS[4]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
+local c = claim({KEYS[2], KEYS[4]}, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] or ''})
 for i = 4, 1, -1 do table.insert(c, 1, f[i]) end
 return c
 `
 
 // KEYS[1] = record key, KEYS[2] = the index (one server); ARGV = claimId, state, now ('' : TIME),
-// ttlMs, status, headers, body, reason. Writes only while the record is in flight under claimId.
-// Returns 1 when written.
+// ttlMs, status, headers, body, reason, probeInMs ('' or absent: no first probe time). Writes only
+// while the record is in flight under claimId. An unknown outcome keeps the claim's probe, and
+// with probeInMs its first probe is due (`np`) that long from now. Returns 1 when written.
 export const FINISH = `
 ${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
-local r = redis.call('HMGET', k, 'state', 'cid', 'fp')
+local r = redis.call('HMGET', k, 'state', 'cid', 'fp', 'probe')
 if r[1] ~= 'in_flight' or r[2] ~= ARGV[1] then return 0 end
-local exp = ms(clock(ARGV[3]) + tonumber(ARGV[4]))
+local now = clock(ARGV[3])
+local exp = ms(now + tonumber(ARGV[4]))
 redis.call('DEL', k)
 redis.call('HSET', k, 'state', ARGV[2], 'fp', r[3], 'cid', ARGV[1], 'lease', '0', 'exp', exp)
 if ARGV[2] == 'completed' then
@@ -177,6 +189,10 @@ elseif ARGV[2] == 'not_stored' then
   settled(ix, k)
 else
   redis.call('HSET', k, 'reason', ARGV[8])
+  if r[4] then
+    redis.call('HSET', k, 'probe', r[4])
+    if ARGV[9] and ARGV[9] ~= '' then redis.call('HSET', k, 'np', ms(now + tonumber(ARGV[9]))) end
+  end
   unsettled(ix, k, exp)
 end
 redis.call('PEXPIRE', k, ARGV[4])
@@ -198,11 +214,11 @@ return 0
 // decideRelease): while the record is in flight under claimId, or is the unknown outcome (reason
 // crash) that claim's own lapsed lease made — CLAIM keeps cid, lease and after then; FINISH and
 // this script write lease 0 — it deletes the record, or puts back the unknown outcome the claim
-// took over (`after`), keeping the key's expiry. Returns {released|restored|not_held, '1' when
+// took over (`after`) with its probe fields (`aprobe`, `aprobes`, `anp`), keeping the key's expiry. Returns {released|restored|not_held, '1' when
 // it undid a lapsed lease, else ''}.
 export const RELEASE = `
 ${INDEX}local k, ix = KEYS[1], KEYS[2]
-local r = redis.call('HMGET', k, 'state', 'cid', 'after', 'lease', 'reason', 'exp')
+local r = redis.call('HMGET', k, 'state', 'cid', 'after', 'lease', 'reason', 'exp', 'aprobe', 'aprobes', 'anp')
 if r[2] ~= ARGV[1] then return {'not_held', ''} end
 local lapsed = r[1] == 'unknown' and (r[5] or 'crash') == 'crash' and tonumber(r[4] or '0') > 0
 if r[1] ~= 'in_flight' and not lapsed then return {'not_held', ''} end
@@ -213,7 +229,10 @@ if not r[3] then
   return {'released', l}
 end
 redis.call('HSET', k, 'state', 'unknown', 'reason', r[3], 'lease', '0')
-redis.call('HDEL', k, 'after', 'ab')
+redis.call('HDEL', k, 'after', 'ab', 'probe', 'probes', 'np', 'aprobe', 'aprobes', 'anp')
+if r[7] then redis.call('HSET', k, 'probe', r[7]) end
+if r[8] then redis.call('HSET', k, 'probes', r[8]) end
+if r[9] then redis.call('HSET', k, 'np', r[9]) end
 unsettled(ix, k, r[6] or '0')
 return {'restored', l}
 `
@@ -237,6 +256,53 @@ if ARGV[1] == 'completed' then
   redis.call('PEXPIRE', k, ARGV[3])
 end
 return {'resolved', reason}
+`
+
+// `idempotency.settle` (contract §4a). KEYS[1] = record key, KEYS[2] = the index (one server);
+// ARGV = seen, afterMs, nextInMs, now ('' : TIME). Takes the next probe (../shared/record-state.ts
+// decideTakeProbe): an unknown record holding a probe, or one in flight past its lease (it becomes
+// unknown, reason crash, cid and lease kept for its holder's RELEASE), with `seen` probes so far
+// and the next due — at `np`, else afterMs past the lapsed lease. Then probes = seen + 1 and the
+// next is due nextInMs from now. Returns {'taken', probe, probes, reason, '1' when abandoned else ''}
+// or {'not_due'} (nothing written).
+export const TAKE_PROBE = `
+${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
+local now = clock(ARGV[4])
+local r = redis.call('HMGET', k, 'state', 'lease', 'exp', 'reason', 'probe', 'probes', 'np')
+local state = r[1]
+if not state or tonumber(r[3]) <= now or not r[5] then return {'not_due'} end
+local abandoned = state == 'in_flight'
+if abandoned then
+  if tonumber(r[2]) > now then return {'not_due'} end
+elseif state ~= 'unknown' then return {'not_due'} end
+if tonumber(r[6] or '0') ~= tonumber(ARGV[1]) then return {'not_due'} end
+local due = r[7] and tonumber(r[7]) or tonumber(r[2] or '0') + tonumber(ARGV[2])
+if due > now then return {'not_due'} end
+local reason = abandoned and 'crash' or (r[4] or 'crash')
+local probes = tostring(tonumber(ARGV[1]) + 1)
+redis.call('HSET', k, 'state', 'unknown', 'reason', reason, 'probes', probes, 'np', ms(now + tonumber(ARGV[3])))
+-- already indexed when a gateway that keeps the index claimed it; else from now on
+unsettled(ix, k, r[3])
+return {'taken', r[5], probes, reason, abandoned and '1' or ''}
+`
+
+// KEYS[1] = record key, KEYS[2] = the index (one server); ARGV = probes, as (applied|not_applied),
+// now ('' : TIME), ttlMs, status, headers, body. Settles the unknown outcome with that probe count
+// (../shared/record-state.ts decideSettle): applied, completed with the probe's response for ttlMs;
+// not_applied, deleted; either way out of the index. Returns {'settled', reason} or {'moved'}.
+export const SETTLE = `
+${NOW}${INDEX}local k, ix = KEYS[1], KEYS[2]
+local now = clock(ARGV[3])
+local r = redis.call('HMGET', k, 'state', 'exp', 'reason', 'probes', 'fp', 'cid')
+if r[1] ~= 'unknown' or tonumber(r[2]) <= now or tonumber(r[4] or '0') ~= tonumber(ARGV[1]) then return {'moved'} end
+redis.call('DEL', k)
+settled(ix, k)
+if ARGV[2] == 'applied' then
+  redis.call('HSET', k, 'state', 'completed', 'fp', r[5], 'cid', r[6], 'lease', '0', 'exp', ms(now + tonumber(ARGV[4])),
+    'status', ARGV[5], 'headers', ARGV[6], 'body', ARGV[7])
+  redis.call('PEXPIRE', k, ARGV[4])
+end
+return {'settled', r[3] or 'crash'}
 `
 
 // KEYS[1] = audit stream; ARGV[1] = oldest id to keep (ms), ARGV[2..] = entries (JSON).

@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto'
 import type { ClaimRequest } from '../contract/store.js'
-import { ADMIT, AUDIT, CLAIM, FENCE, FINISH, OLDER, REGISTER, REINDEX, RELEASE, RENEW, RESOLVE, UNREGISTER } from './lua.js'
+import { ADMIT, AUDIT, CLAIM, FENCE, FINISH, OLDER, REGISTER, REINDEX, RELEASE, RENEW, RESOLVE, SETTLE, TAKE_PROBE, UNREGISTER } from './lua.js'
 
 /**
  * A script: `name` names it (its SEQUENCED form on one server; the attempt log's is an ioredis
@@ -51,6 +51,8 @@ export const SCRIPTS = {
   fgRelease: script('fgRelease', RELEASE, 1, true),
   fgRenew: script('fgRenew', RENEW, 1),
   fgResolve: script('fgResolve', RESOLVE, 1, true),
+  fgTakeProbe: script('fgTakeProbe', TAKE_PROBE, 1, true),
+  fgSettle: script('fgSettle', SETTLE, 1, true),
   fgAudit: script('fgAudit', AUDIT, 1),
   fgRegister: script('fgRegister', REGISTER, 2),
   fgOlder: script('fgOlder', OLDER, 1),
@@ -68,8 +70,8 @@ const UNSEQUENCED = new Set(['fgAudit', 'fgOlder'])
 export const SEQUENCED: typeof SCRIPTS = Object.fromEntries(Object.entries(SCRIPTS).map(([name, s]) =>
   [name, UNSEQUENCED.has(name) ? s : script(s.name, sequenced(s.lua), s.keys + (s.indexed ? 1 : 0) + 2)])) as unknown as typeof SCRIPTS
 
-/** CLAIM's ARGV (ADMIT's ARGV[2..7]); `now` '' for the server's clock. */
+/** CLAIM's ARGV (ADMIT's ARGV[2..8]); `now` '' for the server's clock, the probe '' when none. */
 export const claimArgs = (req: ClaimRequest, now: string): string[] => [
   req.fingerprint, req.claimId, String(Math.max(0, Math.round(req.leaseMs))), String(Math.max(1, Math.round(req.ttlMs))),
-  req.retryUnknown ? '1' : '0', now,
+  req.retryUnknown ? '1' : '0', now, req.probe ?? '',
 ]

@@ -49,14 +49,19 @@ class Collector {
     const fresh = names.filter((k) => !this.#seen.has(k))
     for (const k of fresh) this.#seen.add(k)
     if (!fresh.length) return
-    const replies = await Promise.all(fresh.map((k) => this.r.hmget(k, 'state', 'lease', 'exp', 'reason')))
+    const replies = await Promise.all(fresh.map((k) => this.r.hmget(k, 'state', 'lease', 'exp', 'reason', 'probe', 'probes', 'np')))
     for (let i = 0; i < fresh.length && !this.full; i++) {
-      const [state, lease, exp, reason] = replies[i]
+      const [state, lease, exp, reason, probe, probes, np] = replies[i]
       const leaseUntil = Number(lease ?? 0), expiresAt = Number(exp ?? 0)
       if (expiresAt <= now) continue
       const crashed = state === 'in_flight' && leaseUntil <= now
       if (state !== 'unknown' && !crashed) continue
-      this.out.push({ key: this.keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil, expiresAt })
+      const u: UnknownRecord = { key: this.keys.recordOf(fresh[i]), reason: crashed ? 'crash' : asReason(reason), leaseUntil, expiresAt }
+      // idempotency.settle's fields, only where the record holds them
+      if (probe !== null) u.probe = probe
+      if (probes !== null) u.probes = Number(probes)
+      if (np !== null) u.nextProbe = Number(np)
+      this.out.push(u)
     }
   }
 }

@@ -4,7 +4,7 @@
  * turns those fields into the `Store` results, once for both. The in-process stores (memory,
  * sqlite) get their results from record-state.ts directly.
  */
-import type { ClaimResult, FenceResult, ReleaseResult, ResolveResult, UnknownReason } from '../contract/store.js'
+import type { ClaimResult, FenceResult, ProbeTake, ReleaseResult, ResolveResult, SettleResult, UnknownReason } from '../contract/store.js'
 import { UNKNOWN_REASONS } from '../../outcomes.js'
 
 const REASONS = new Set<string>(UNKNOWN_REASONS)
@@ -95,5 +95,34 @@ export function releaseResult(kind: string, lapsed: boolean | null | undefined):
       return lapsed ? { kind, lapsed: true } : { kind }
     case 'not_held': return { kind: 'not_held' }
     default: throw new Error(`the store answered a release with "${kind}"`)
+  }
+}
+
+/**
+ * A probe take's answer (`idempotency.settle`): `kind` (taken, not_due) and, taken, the probe
+ * request, the new probe count, the unknown reason and whether the record was abandoned with it.
+ * @throws Error on a kind this version does not know
+ */
+export function probeTakeResult(kind: string, probe: string | null | undefined, probes: number | string | null | undefined, reason: string | null | undefined, abandoned: boolean): ProbeTake {
+  switch (kind) {
+    case 'taken': {
+      const out: ProbeTake = { kind: 'taken', probe: probe ?? '', probes: Number(probes), reason: asReason(reason) }
+      if (abandoned) out.abandoned = true
+      return out
+    }
+    case 'not_due': return { kind: 'not_due' }
+    default: throw new Error(`the store answered a probe take with "${kind}"`)
+  }
+}
+
+/**
+ * A settlement's answer: `kind` (settled, moved) and, settled, the unknown reason it settled.
+ * @throws Error on a kind this version does not know
+ */
+export function settleResult(kind: string, reason: string | null | undefined): SettleResult {
+  switch (kind) {
+    case 'settled': return { kind: 'settled', reason: asReason(reason) }
+    case 'moved': return { kind: 'moved' }
+    default: throw new Error(`the store answered a settlement with "${kind}"`)
   }
 }
