@@ -86,4 +86,47 @@ describe('a claim of a key with a give-back waiting', () => {
     inner.releaseFails = 0
     await store.close()
   })
+
+  test('an answer that found an abandoned attempt while this gateway\'s own claim of the key is unanswered: that claim is given back and the key claimed again', async () => {
+    const inner = scripted()
+    const store = guardStore(inner, metrics as unknown as Metrics, TIMEOUT_MS, log as unknown as Logger)
+    const c1 = watch(store.claim(key(), req('c1'), T0))
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS)
+    expect(c1.error).toBeInstanceOf(StoreError) // c1's call is still out: the store may have made it
+    const c2 = watch(store.claim(key(), req('c2'), T0))
+    await settle()
+    inner.held[1].answer({ kind: 'unknown', reason: 'crash', abandoned: true })
+    await settle()
+    expect(inner.calls).toEqual([['claim', key(), 'c1'], ['claim', key(), 'c2'], ['release', key(), 'c1'], ['claim', key(), 'c2']])
+    inner.held[2].answer({ kind: 'claimed' })
+    await settle()
+    expect(c2.value).toEqual({ kind: 'claimed' })
+    await store.close()
+  })
+
+  test('an abandoned attempt with no claim of this gateway\'s on the key: the answer stands, nothing given back', async () => {
+    const inner = scripted()
+    const store = guardStore(inner, metrics as unknown as Metrics, TIMEOUT_MS, log as unknown as Logger)
+    const c = watch(store.claim(key(), req('c1'), T0))
+    await settle()
+    inner.held[0].answer({ kind: 'unknown', reason: 'crash', abandoned: true })
+    await settle()
+    expect(c.value).toEqual({ kind: 'unknown', reason: 'crash', abandoned: true })
+    expect(inner.calls).toEqual([['claim', key(), 'c1']])
+  })
+
+  test('this gateway\'s claim given back, yet the key still reads unknown: it was another attempt, and the first answer (abandoned, to be counted) stands', async () => {
+    const inner = scripted()
+    const store = guardStore(inner, metrics as unknown as Metrics, TIMEOUT_MS, log as unknown as Logger)
+    watch(store.claim(key(), req('c1'), T0))
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS)
+    const c2 = watch(store.claim(key(), req('c2'), T0))
+    await settle()
+    inner.held[1].answer({ kind: 'unknown', reason: 'crash', abandoned: true })
+    await settle()
+    inner.held[2].answer({ kind: 'unknown', reason: 'crash' })
+    await settle()
+    expect(c2.value).toEqual({ kind: 'unknown', reason: 'crash', abandoned: true })
+    await store.close()
+  })
 })

@@ -116,9 +116,29 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     const ids = [...giveBacks.waitingFor(keyHashOf(key))]
     return ids.length ? giveBacks.now(key, ids) : undefined
   }
-  const claimAfter = <T>(key: RecordKey, go: () => Promise<T>): Promise<T> => {
+  /** key hash → claim ids whose claim call failed while the store has not answered it yet */
+  const unanswered = new Map<string, Set<string>>()
+  const own = (key: RecordKey): string[] => {
+    const hash = keyHashOf(key)
+    return [...new Set([...giveBacks.waitingFor(hash), ...(unanswered.get(hash) ?? [])])]
+  }
+  /**
+   * A claim of `key`, after `first`. An answer that found an attempt abandoned past its lease
+   * while this gateway holds an unused claim of the key (waiting to be given back, or its call
+   * still unanswered: the store may have made it) may have met that very claim: it is given back
+   * and the key claimed once more. Claimed then, it was this gateway's own claim, never sent; else
+   * the first answer stands (someone else's attempt was abandoned, counted as such).
+   */
+  const claimAfter = <T>(key: RecordKey, go: () => Promise<T>, claimOf: (r: T) => ClaimResult | undefined): Promise<T> => {
+    const once = () => go().then((r) => {
+      const c = claimOf(r)
+      if (c?.kind !== 'unknown' || !c.abandoned || (unanswered.size === 0 && giveBacks.waiting === 0)) return r
+      const ids = own(key)
+      if (!ids.length) return r
+      return giveBacks.now(key, ids).then(go).then((again) => (claimOf(again)?.kind === 'claimed' ? again : r))
+    })
     const before = first(key)
-    return before ? before.then(go) : go()
+    return before ? before.then(once) : once()
   }
   /**
    * `call(op, attempt)` for an operation that may claim a key. The request fails closed (503,
@@ -134,6 +154,10 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
    */
   const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest): Promise<T> =>
     call(op, () => attempt).catch((e) => {
+      const hash = keyHashOf(key)
+      let ids = unanswered.get(hash)
+      if (!ids) unanswered.set(hash, ids = new Set())
+      ids.add(req.claimId)
       attempt.then((r) => {
         const c = claimOf(r)
         // the late call found an attempt abandoned past its lease and made it an unknown outcome
@@ -141,6 +165,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
         if (c?.kind === 'claimed') giveBacks.add(key, req.claimId, req.ttlMs)
       }, (late) => { if (!unsent(late) && !(late instanceof StoreFull)) giveBacks.add(key, req.claimId, req.ttlMs) })
+      // after the handlers above: from unanswered to given back (or not needed), nothing between
+      attempt.finally(() => { ids.delete(req.claimId); if (ids.size === 0 && unanswered.get(hash) === ids) unanswered.delete(hash) }).catch(() => {})
       throw e
     })
   return {
@@ -154,8 +180,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),
-    claim: (key, req, now) => claimAfter(key, () => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req)),
-    admit: (fence, key, req, now) => claimAfter(key, () => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req)),
+    claim: (key, req, now) => claimAfter(key, () => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req), (r) => r),
+    admit: (fence, key, req, now) => claimAfter(key, () => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req), (r) => r.claim),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     // a release the store did not answer is tried again (the request was never sent, or the
