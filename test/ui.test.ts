@@ -28,6 +28,10 @@ const { up, gw } = withGateway((up) => ({
     // an upstream that never answers within its timeout: an unknown outcome
     { name: 'ledger', path: '/ledger/:account/*', methods: ['POST'], upstream: { url: up.url, timeout: '300ms' },
       fencing: { resource: 'ledger:{param.account}' }, idempotency: { required: true, lease: '5s' } },
+    // the same, settled by a probe the upstream answers 200 (applied)
+    { name: 'settled', path: '/settled/:account/*', methods: ['POST'], upstream: { url: up.url, timeout: '300ms' },
+      fencing: { resource: 'settled:{param.account}' },
+      idempotency: { required: true, lease: '5s', settle: { probe: { path: '/status/200?of={param.account}', applied: [200], notApplied: [404] }, after: '1s', every: '30s' } } },
     { name: 'tenants', path: '/tenants/*', methods: ['POST'], upstream: up.url,
       fencing: { resource: 'tenant:{header.x-tenant}' }, idempotency: {} },
   ],
@@ -142,6 +146,81 @@ describe('the audit view', () => {
     await shot('overview')
   }, 60_000)
 
+  test('a key with attempts milliseconds and seconds apart: every row\'s request id differs, no mark or label covers another, the axis is broken, leases have a legend entry', async () => {
+    const body = { amount: 75, currency: 'eur' }
+    const headers = (token: string) => ({ 'fencing-token': token, 'idempotency-key': 'job-rough-1' })
+    const ids: string[] = []
+    const go = async (token: string, status: number) => {
+      const r = await post(`${gw.url}/accounts/acct-rough/charges`, body, headers(token))
+      expect(r.status).toBe(status)
+      ids.push(String(r.headers['x-request-id']))
+    }
+    await go('50', 201); await go('51', 201); await go('50', 412)
+    await sleep(2500) // seconds after three attempts milliseconds apart: the seed's pile-up
+    await go('51', 201); await go('50', 412)
+    const t = await until(async () => { const j = (await admin('/audit/timeline?route=payments&key=job-rough-1')).json(); return j.entries?.length === 5 && j })
+    await openWithToken(`/ui/timeline?keyHash=${t.keyHash}`)
+    await page.locator('svg.timeline').waitFor()
+
+    // the request id column: the part that differs, each the end of the id the client was given
+    const cells = await page.locator('table.entries tbody tr td:nth-child(6)').allTextContents()
+    expect(cells).toHaveLength(5)
+    expect(new Set(cells).size).toBe(5)
+    cells.forEach((c, i) => {
+      expect(c).toMatch(/^…[0-9a-f]{12}$/)
+      expect(ids[i].endsWith(c.slice(1))).toBe(true)
+    })
+    expect(await page.locator('table.entries tbody tr td:nth-child(6) code').evaluateAll((cs) => cs.map((c) => c.getAttribute('title')))).toEqual(ids)
+
+    // no two attempts' marks or words overlap, and time still runs left to right
+    const boxes = await page.locator('svg.timeline g.attempt').evaluateAll((gs) => gs.map((g) => {
+      const box = (el: Element) => { const r = el.getBoundingClientRect(); return { l: r.left, r: r.right, t: r.top, b: r.bottom } }
+      return { mark: box(g.querySelector('circle, rect:not(.req), path, polygon')!), text: box(g.querySelector('text')!), words: g.querySelector('text')!.textContent }
+    }))
+    expect(boxes.map((b) => b.words)).toEqual(['201 forwarded', '201 replayed', expect.stringMatching(/^412 stale/), '201 replayed', expect.stringMatching(/^412 stale/)])
+    type Box = { l: number; r: number; t: number; b: number }
+    const overlap = (a: Box, b: Box) => a.l < b.r && b.l < a.r && a.t < b.b && b.t < a.b
+    const clashes: string[] = []
+    boxes.forEach((a, i) => boxes.forEach((b, j) => {
+      if (j <= i) return
+      for (const [what, p, q] of [['marks', a.mark, b.mark], ['labels', a.text, b.text], ['mark and label', a.mark, b.text], ['label and mark', a.text, b.mark]] as const) {
+        if (overlap(p, q)) clashes.push(`${what} of ${a.words} (#${i}) and ${b.words} (#${j})`)
+      }
+    }))
+    expect(clashes).toEqual([])
+    // nor do the axis's clock times
+    const ticks = await page.locator('svg.timeline g.axis > text').evaluateAll((ts) => ts.map((t) => { const r = t.getBoundingClientRect(); return { l: r.left, r: r.right, t: r.top, b: r.bottom } }))
+    expect(ticks.length).toBeGreaterThan(0)
+    expect(ticks.slice(1).filter((b, i) => overlap(ticks[i], b))).toEqual([])
+    const byTime = boxes.map((b) => b.mark.l)
+    expect(byTime.slice(1).every((v, i) => v > byTime[i])).toBe(true)
+    // the seconds of nothing are cut out of the axis and say how long they were
+    const breaks = await page.locator('svg.timeline g.axis-break').evaluateAll((gs) => gs.map((g) => [Number(g.getAttribute('data-break')), [...g.querySelector('text')!.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('')]))
+    expect(breaks).toHaveLength(1)
+    expect(breaks[0][0]).toBeGreaterThanOrEqual(2400)
+    expect(breaks[0][1]).toMatch(/^\+2(\.\d+)? s$/)
+
+    // the dashed lease boxes have their legend entry, drawn as they are
+    const tenure = page.locator('ul.legend li[data-legend="tenure"]')
+    expect(await tenure.textContent()).toMatch(/dashed box: a fencing token's lease/)
+    expect(await tenure.locator('rect.tenure').count()).toBe(1)
+    expect(await page.locator('svg.timeline rect.tenure').count()).toBe(2)
+    await shot('timeline-rough')
+
+    // the overview's wait line: one ellipsis, not the shortened hash's and the wait's together
+    const held: (() => void)[] = []
+    await page.route('**/audit/timeline?**', async (route) => { await new Promise<void>((r) => held.push(r)); await route.continue() })
+    try {
+      await page.goto(`${gw.adminUrl}/`)
+      await expect.poll(() => page.locator('#status').textContent()).toMatch(/^Reading the timeline of key hash [0-9a-f]{12}…$/)
+      expect(await page.locator('#status').textContent()).not.toContain('……')
+    } finally {
+      held.forEach((r) => r())
+    }
+    await page.locator('svg.timeline').waitFor() // the held answer arrived: the route is done with
+    await page.unroute('**/audit/timeline?**')
+  }, 60_000)
+
   test('a wrong token shows an error and no data', async () => {
     await page.goto(`${gw.adminUrl}/ui/routes`)
     await page.getByLabel('Admin token').fill('not-the-token')
@@ -179,6 +258,29 @@ describe('the audit view', () => {
     expect(up.count('/ledger/acct-u/charges')).toBe(1)
     const actions = (await admin('/audit?since=1h')).json().operatorActions
     expect(actions).toEqual([expect.objectContaining({ kind: 'resolve', route: 'ledger', resolution: 'failed', reason: `ledger shows no charge ${HOSTILE}`, by: expect.stringMatching(/^admin-api:127\.0\.0\.1/) })])
+  }, 60_000)
+
+  // after the operator's resolve above: a settlement by probe is in the attempt log's operator actions too
+  test('an unknown outcome settled by probe: the probe and the settlement with its answer are drawn in their own lane', async () => {
+    const headers = { 'fencing-token': '3', 'idempotency-key': 'job-probe-1' }
+    expect((await post(`${gw.url}/settled/acct-p/apply-then-hang`, { amount: 9 }, headers)).status).toBe(504)
+    const t = await until(async () => {
+      const j = (await admin('/audit/timeline?route=settled&key=job-probe-1')).json()
+      return j.entries?.some((e: { kind: string }) => e.kind === 'resolve') && j
+    }, { timeoutMs: 15_000, message: 'the probe to settle the key' })
+    await openWithToken(`/ui/timeline?keyHash=${t.keyHash}`)
+    await page.locator('svg.timeline').waitFor()
+    expect(await page.locator('svg.timeline g.lane').evaluateAll((gs) => gs.map((g) => g.getAttribute('data-lane')))).toEqual(['token 3', 'high-water mark', 'upstream', 'settle probes'])
+    const marks = await page.locator('svg.timeline g.attempt').evaluateAll((gs) => gs.map((g) => [g.getAttribute('data-outcome'), g.getAttribute('data-lane'), g.querySelector('text')!.textContent]))
+    expect(marks).toEqual([
+      ['unknown', 'token 3', expect.stringMatching(/^504 .*unknown \(timeout\)/)],
+      ['probe', 'settle probes', 'probe: 200 applied'],
+      ['settled', 'settle probes', 'settled as applied (200)'],
+    ])
+    expect(await page.locator('ul.legend li[data-legend="probe"]').textContent()).toContain('settle probe')
+    expect(await page.locator('ul.legend li[data-legend="settled"]').textContent()).toContain('settled by probe')
+    expect(await page.locator('table.entries tbody tr').evaluateAll((rs) => rs.map((r) => r.getAttribute('data-outcome')))).toEqual(['unknown', 'probe', 'settled'])
+    await shot('timeline-settled')
   }, 60_000)
 
   test('hostile text in resources, header values and reasons stays text, and the CSP blocks inline script', async () => {

@@ -1,6 +1,7 @@
 /**
  * The `routes:` block that puts the sample payments service behind fencegate, as
- * config/fencegate.yaml does: writes fenced and deduplicated, reads passed through.
+ * config/fencegate.yaml does: writes fenced and deduplicated, an unknown outcome settled by the
+ * sample's lookup by idempotency key, reads passed through.
  * @param paymentsUrl where the payments service listens
  * @param resource the fencing resource template; default one mark per account
  */
@@ -17,6 +18,13 @@ export function paymentsRoutes(paymentsUrl: string, resource = 'account:{param.a
       resource: "${resource}"
     idempotency:
       required: true
+      settle:
+        probe:
+          path: "/accounts/{param.account}/charges?idempotencyKey={key}"
+          applied: [200]
+          notApplied: [404]
+        after: 2s
+        every: 30s
   - name: payments-read
     match:
       path: /accounts/:account/*

@@ -5,6 +5,17 @@
  *   POST /accounts/{account}/charges  {"amount": <integer minor units>, "currency": "eur"}
  *     → 201 {"id", "account", "amount", "currency", "fencingToken", "idempotencyKey"}
  *   GET  /accounts/{account}/charges  → 200 {"charges": [...]} every effect applied, in order
+ *   GET  /accounts/{account}/charges?idempotencyKey=K
+ *     → 200 the charge applied with Idempotency-Key K (the body its POST answered; the first one
+ *       if more than one got through), 404 problem when none: the lookup fencegate's
+ *       `idempotency.settle` probe asks (contract §4a)
+ *
+ * To play an upstream that does the work and never answers in time, a POST may carry
+ *   Sample-Hang-After-Apply: <milliseconds, 1..600000>
+ * the charge is applied at once, then the answer is held back that long (dropped if the caller
+ * has gone by then): behind a gateway whose upstream.timeout is shorter, the client gets 504 and
+ * the key an unknown outcome whose charge is in the ledger. A value out of range is a 400 and
+ * nothing is applied.
  *
  * Run alone: node dist/examples/payments/server.js [PORT]   (default 9090)
  */
@@ -21,7 +32,9 @@ export interface Charge {
   idempotencyKey: string | null
 }
 
-const CHARGES = /^\/accounts\/([^/?]+)\/charges(?:\?.*)?$/
+const CHARGES = /^\/accounts\/([^/?]+)\/charges(?:\?(.*))?$/
+const HANG_HEADER = 'sample-hang-after-apply'
+const MAX_HANG_MS = 600_000
 
 function send(res: http.ServerResponse, status: number, body: unknown, type = 'application/json'): void {
   const text = JSON.stringify(body)
@@ -36,6 +49,8 @@ const problem = (res: http.ServerResponse, status: number, detail: string) =>
 export async function startPayments(port = 9090, host = '127.0.0.1'): Promise<{ url: string; server: http.Server; close(): Promise<void> }> {
   const ledger = new Map<string, Charge[]>()
   let seq = 0
+  // held-back answers, cleared by close() so a hang never keeps the process up
+  const hanging = new Set<NodeJS.Timeout>()
   const server = http.createServer(async (req, res) => {
     const m = CHARGES.exec(req.url ?? '')
     if (!m) return problem(res, 404, 'try /accounts/{account}/charges')
@@ -45,7 +60,12 @@ export async function startPayments(port = 9090, host = '127.0.0.1'): Promise<{ 
     } catch {
       return problem(res, 400, 'the account in the path is not valid percent-encoding')
     }
-    if (req.method === 'GET') return send(res, 200, { charges: ledger.get(account) ?? [] })
+    if (req.method === 'GET') {
+      const key = new URLSearchParams(m[2] ?? '').get('idempotencyKey')
+      if (key === null) return send(res, 200, { charges: ledger.get(account) ?? [] })
+      const charge = (ledger.get(account) ?? []).find((c) => c.idempotencyKey === key)
+      return charge ? send(res, 200, charge) : problem(res, 404, `no charge on this account has idempotency key ${JSON.stringify(key)}`)
+    }
     if (req.method !== 'POST') return problem(res, 405, 'GET or POST')
     const chunks: Buffer[] = []
     for await (const c of req) chunks.push(c as Buffer)
@@ -58,6 +78,11 @@ export async function startPayments(port = 9090, host = '127.0.0.1'): Promise<{ 
     if (!Number.isSafeInteger(input.amount) || (input.amount as number) <= 0) return problem(res, 400, 'amount must be a positive integer (minor units)')
     if (typeof input.currency !== 'string' || !/^[a-z]{3}$/.test(input.currency)) return problem(res, 400, 'currency must be a three-letter lower-case code')
     const header = (name: string) => { const v = req.headers[name]; return v === undefined ? null : String(v) }
+    const hang = header(HANG_HEADER)
+    const hangMs = hang === null ? 0 : /^\d{1,6}$/.test(hang.trim()) ? Number(hang.trim()) : NaN
+    if (!(hangMs >= 0 && hangMs <= MAX_HANG_MS) || (hang !== null && hangMs === 0)) {
+      return problem(res, 400, `${HANG_HEADER} must be a whole number of milliseconds from 1 to ${MAX_HANG_MS}`)
+    }
     const charge: Charge = {
       id: `ch_${++seq}`,
       account,
@@ -68,14 +93,24 @@ export async function startPayments(port = 9090, host = '127.0.0.1'): Promise<{ 
     }
     if (!ledger.has(account)) ledger.set(account, [])
     ledger.get(account)!.push(charge)
-    send(res, 201, charge)
+    if (hangMs === 0) return send(res, 201, charge)
+    const timer = setTimeout(() => {
+      hanging.delete(timer)
+      if (!res.destroyed) send(res, 201, charge)
+    }, hangMs)
+    hanging.add(timer)
   })
   await new Promise<void>((resolve, reject) => { server.once('error', reject); server.listen(port, host, resolve) })
   const a = server.address() as AddressInfo
   return {
     url: `http://${a.address}:${a.port}`,
     server,
-    close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()) }),
+    close: () => new Promise((r) => {
+      for (const t of hanging) clearTimeout(t)
+      hanging.clear()
+      server.closeAllConnections()
+      server.close(() => r())
+    }),
   }
 }
 

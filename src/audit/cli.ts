@@ -12,7 +12,7 @@
  */
 import { existsSync } from 'node:fs'
 import type { Config } from '../config/schema.js'
-import { describeNote, inspectStore, openStore, runningReport, StoreError, type DoctorReport, type Finding, type Store } from '../store/index.js'
+import { acceptedLossFinding, describeNote, inspectStore, openStore, runningReport, StoreError, type AuditEntry, type DoctorReport, type Finding, type Store } from '../store/index.js'
 import { Problem } from '../problems.js'
 import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
 import { acceptStoreLoss, cliActor, resolveKey } from './resolve.js'
@@ -161,6 +161,10 @@ export async function doctorCommand(config: Config, args: { json?: boolean }): P
     // memory: the records are the running gateway's; ask it, else say what the config implies
     const report = (config.store.kind === 'memory' ? await runningReport(config) : undefined) ?? await inspectStore(config.store, store)
     const lost = report.findings.some((f) => f.id === 'state-loss')
+    if (!lost && config.store.kind !== 'memory') {
+      const accepted = await lastAcceptedLoss(config, store)
+      if (accepted) report.findings.push(acceptedLossFinding(accepted))
+    }
     const stderr = [
       ...report.refused.length ? [`fencegate doctor: the gateway would refuse to start: ${report.refused.map((f) => f.id).join(', ')} (see above; store.acceptRisks)`] : [],
       ...lost ? ['fencegate doctor: the store lost acknowledged state (state-loss, see above): every gateway sharing it refuses fenced and idempotent requests until `fencegate store accept-loss`'] : [],
@@ -172,6 +176,29 @@ export async function doctorCommand(config: Config, args: { json?: boolean }): P
     await store?.close().catch(() => {})
   }
 }
+
+/**
+ * The newest `accept-loss` entry within the attempt log's retention, from `store` or a store
+ * opened for it; undefined when there is none or the log cannot be read in time (the settings
+ * are the doctor's business, this is context).
+ */
+async function lastAcceptedLoss(config: Config, open?: Store): Promise<AuditEntry | undefined> {
+  const read = async (store: Store) => (await store.audit.timeline({ operator: true, route: '*' }, Date.now() - config.audit.retention, ACCEPTED_LIMIT))
+    .filter((e) => e.kind === 'accept-loss').at(-1)
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<undefined>((resolve) => { timer = setTimeout(() => resolve(undefined), ACCEPTED_READ_MS) })
+  try {
+    if (open) return await Promise.race([read(open), late])
+    if (config.store.kind === 'sqlite') return undefined // no file: nothing was ever accepted in it
+    return await Promise.race([withStore(config, read), late])
+  } catch {
+    return undefined
+  } finally {
+    clearTimeout(timer)
+  }
+}
+const ACCEPTED_LIMIT = 1000
+const ACCEPTED_READ_MS = 5000
 
 /** The report for people. */
 export function formatDoctor(r: DoctorReport): string {

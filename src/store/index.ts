@@ -48,5 +48,5 @@ export { StateWatch } from './state-loss/watch.js'
 // the doctor
 export { inspectStore } from './doctor/inspect.js'
 export { RiskRefused, type DoctorReport, type Finding, type FindingStatus } from './doctor/findings.js'
-export { lossFinding } from './doctor/loss.js'
+export { acceptedLossFinding, lossFinding } from './doctor/loss.js'
 export { runningReport } from './memory/settings.js'

@@ -28,6 +28,7 @@ button:hover { background: var(--soft); }
 main { padding: 12px 20px 40px; max-width: 1280px; }
 main p, main li, td { overflow-wrap: anywhere; }
 td { min-width: 4.5em; }
+table.entries code { white-space: nowrap; }
 h1 { margin: 4px 0; font-size: 24px; }
 h2 { font-size: 18px; margin: 22px 0 6px; }
 h3 { font-size: 15px; margin: 14px 0 4px; }
@@ -73,11 +74,13 @@ svg .claim-lease { fill: none; stroke: var(--unknown); stroke-dasharray: 2 2; }
 svg .effect { fill: #8c959f; } svg .effect.unknown { fill: #d8b9ff; stroke: var(--unknown); } svg .effect.duplicate { fill: #ffcecb; stroke: var(--duplicate); }
 svg .mark-line { fill: none; stroke: var(--fg); stroke-width: 2; }
 svg .link { stroke: #8c959f; stroke-dasharray: 2 3; }
+svg .axis-break rect { fill: var(--soft); stroke: var(--line); stroke-dasharray: 6 4; } svg .axis-break text { fill: var(--muted); }
 .o-forwarded { fill: var(--forwarded); stroke: var(--forwarded); } .o-replayed { fill: var(--replayed); stroke: var(--replayed); }
 .o-stale { fill: var(--stale); stroke: var(--stale); } .o-in_flight { fill: var(--in-flight); stroke: var(--in-flight); }
 .o-unknown { fill: var(--unknown); stroke: var(--unknown); } .o-duplicate { fill: #fff; stroke: var(--duplicate); }
 .o-overtaken { fill: var(--overtaken); stroke: var(--overtaken); } .o-refused { fill: var(--refused); stroke: var(--refused); }
 .o-resolve { fill: var(--operator); stroke: var(--operator); }
+.o-probe { fill: #fff; stroke: var(--operator); stroke-width: 2; } .o-settled { fill: var(--forwarded); stroke: var(--operator); stroke-width: 2; }
 svg .o-stale, svg .o-duplicate { stroke-width: 3; }
 ul.legend { display: flex; flex-wrap: wrap; gap: 4px 16px; list-style: none; padding: 0; margin: 6px 0; font-size: 13px; }
 ul.legend svg { vertical-align: middle; }

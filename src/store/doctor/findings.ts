@@ -8,7 +8,7 @@ import type { StoreKind } from '../contract/kind.js'
 export type FindingStatus = 'ok' | 'risk' | 'unknown'
 
 export interface Finding {
-  /** what was looked at: persistence, maxmemory-policy, replication, cluster, synchronous_commit, fsync, standbys, recovery, journal_mode, synchronous, filesystem, disk, durability, clock, tls */
+  /** what was looked at: persistence, maxmemory-policy, replication, cluster, synchronous_commit, fsync, standbys, recovery, journal_mode, synchronous, filesystem, disk, durability, clock, tls; state-loss (a loss note), loss-accepted (the last accept-loss) */
   id: string
   status: FindingStatus
   /** the settings read and their values, e.g. `appendonly no, save ""` */

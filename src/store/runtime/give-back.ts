@@ -11,7 +11,9 @@
  * hash). One loop for all of them, not a timer each: while the store fails, the first waiting
  * give-back is tried again after a pause doubling from 50 ms to 5 s, and a failed one goes to the
  * back (one failing for its own key holds none behind it); once one is taken, the rest follow,
- * 32 at a time. Timers are unref'd; `close()` tries once more and drops (and logs) what
+ * 32 at a time. A new claim of a key with give-backs waiting sends those first (`now`), so that
+ * after a heal the retry's claim cannot reach the store before them and find this gateway's own
+ * claim past its lease. Timers are unref'd; `close()` tries once more and drops (and logs) what
  * is left.
  */
 import type { Logger } from '../../log.js'
@@ -32,6 +34,8 @@ interface Waiting { key: RecordKey; claimId: string; until: number }
 export class GiveBacks {
   /** by claim id, oldest first */
   readonly #waiting = new Map<string, Waiting>()
+  /** the claim ids waiting, by key hash: what a new claim of the key gives back first (`now`) */
+  readonly #byKey = new Map<string, Set<string>>()
   #timer?: NodeJS.Timeout
   /** a round is under way (set and cleared with no await between the check and the change) */
   #running = false
@@ -70,7 +74,41 @@ export class GiveBacks {
       return
     }
     this.#waiting.set(claimId, { key, claimId, until: performance.now() + Math.min(Math.max(0, forMs), MAX_GIVE_BACK_MS) })
+    const hash = keyHashOf(key)
+    let ids = this.#byKey.get(hash)
+    if (!ids) this.#byKey.set(hash, ids = new Set())
+    ids.add(claimId)
     if (!this.#running && !this.#timer) this.#kick()
+  }
+
+  /** The claim ids of the key (by its hash) waiting to be given back. */
+  waitingFor(keyHash: string): Iterable<string> {
+    return this.#byKey.get(keyHash) ?? []
+  }
+
+  /**
+   * Gives back `claimIds` of `key` now, one after the other, before a new claim of the key: a
+   * claim of this gateway's past its lease would otherwise read to that claim as an abandoned
+   * attempt, an unknown outcome (reason crash) for a request never sent. A claim id the store
+   * never made is a no-op.
+   * @throws StoreError when the store does not take one (the new claim fails closed too)
+   */
+  async now(key: RecordKey, claimIds: readonly string[]): Promise<void> {
+    for (const claimId of claimIds) {
+      const r = await this.release(key, claimId)
+      this.#remove(claimId)
+      this.#lapsed(r, key)
+    }
+  }
+
+  #remove(claimId: string): void {
+    const w = this.#waiting.get(claimId)
+    if (!w) return
+    this.#waiting.delete(claimId)
+    const hash = keyHashOf(w.key)
+    const ids = this.#byKey.get(hash)
+    ids?.delete(claimId)
+    if (ids?.size === 0) this.#byKey.delete(hash)
   }
 
   #kick(): void {
@@ -90,6 +128,7 @@ export class GiveBacks {
     for (let tries = this.#waiting.size; tries > 0 && this.#waiting.size; tries -= AT_ONCE) await this.#round(performance.now())
     const left = [...this.#waiting.values()]
     this.#waiting.clear()
+    this.#byKey.clear()
     if (left.length) {
       this.log.warn('claims never used were not given back before the gateway closed: each reads as an unknown outcome (reason crash) once its lease ends, until an operator resolves it', {
         store: this.store, claims: left.length, routes: [...new Set(left.map((w) => w.key.route))].join(' '), keyHashes: left.slice(0, 10).map((w) => keyHashOf(w.key)).join(' '),
@@ -120,7 +159,7 @@ export class GiveBacks {
     const round: Waiting[] = []
     for (const w of this.#waiting.values()) {
       if (w.until <= now) {
-        this.#waiting.delete(w.claimId)
+        this.#remove(w.claimId)
         this.#say('warn', 'a claim never used could not be given back in time (its record\'s ttl, at most 24 h): the key may read as an unknown outcome (reason crash) until an operator resolves it or the record expires', w.key)
         continue
       }
@@ -134,18 +173,23 @@ export class GiveBacks {
         // to the back: one give-back failing for its own key (a cluster master down) must not
         // hold the others behind it, tried alone while the store seems to fail
         ok = false
+        if (!this.#waiting.has(round[i].claimId)) return // given back meanwhile by `now`
         this.#waiting.delete(round[i].claimId)
         this.#waiting.set(round[i].claimId, round[i])
         return
       }
-      this.#waiting.delete(round[i].claimId)
-      if (s.value.kind !== 'not_held' && s.value.lapsed) {
-        this.#say('warn', s.value.kind === 'restored'
-          ? 'a claim never used had turned into an unknown outcome (reason crash) when its lease ran out while the store could not be reached; given back now: the key reads again as the unknown outcome that claim had taken over (fencegate_unknown_outcomes_total counted the crash when a request found it)'
-          : 'a claim never used had turned into an unknown outcome (reason crash) when its lease ran out while the store could not be reached; given back now: the key is free again, the next try is forwarded (fencegate_unknown_outcomes_total counted the crash when a request found it)', round[i].key)
-      }
+      this.#remove(round[i].claimId)
+      this.#lapsed(s.value, round[i].key)
     })
     return ok
+  }
+
+  /** Logs a give-back that undid the unknown outcome its own lapsed lease had made. */
+  #lapsed(r: ReleaseResult, key: RecordKey): void {
+    if (r.kind === 'not_held' || !r.lapsed) return
+    this.#say('warn', r.kind === 'restored'
+      ? 'a claim never used had turned into an unknown outcome (reason crash) when its lease ran out while the store could not be reached; given back now: the key reads again as the unknown outcome that claim had taken over (fencegate_unknown_outcomes_total counted the crash when a request found it)'
+      : 'a claim never used had turned into an unknown outcome (reason crash) when its lease ran out while the store could not be reached; given back now: the key is free again, the next try is forwarded (fencegate_unknown_outcomes_total counted the crash when a request found it)', key)
   }
 
   /** Logs `msg` with the key's route and hash, at most once a second per message (with how many were left out). */

@@ -8,6 +8,7 @@ import { histogramSeries } from '../../telemetry/series.js'
 import { tracingOn } from '../../telemetry/tracing.js'
 import type { Logger } from '../../log.js'
 import { GiveBacks, MAX_GIVE_BACK_MS } from './give-back.js'
+import { keyHashOf } from '../contract/key-hash.js'
 import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from '../contract/store.js'
 
 /** True for a StoreError of a call that never left this process: it wrote nothing. */
@@ -102,6 +103,44 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   // claims never used, given back by their id until the store takes them (./give-back.ts)
   const giveBacks = new GiveBacks((key, claimId) => call('release', () => inner.release(key, claimId)), log, kind)
   /**
+   * Before a claim of `key`: this gateway's claims of the same key it never used and is giving
+   * back are given back first. After a heal the retry's claim and the give-back race to the
+   * store; a claim past its lease that the retry met first would read to it as an abandoned
+   * attempt, an unknown outcome (reason crash), for a request never sent. (A claim whose call is
+   * still unanswered joins the give-backs once its connection answers or fails: a store cut off
+   * and healed by a reset fails it at once.) Undefined on the common path: nothing is read while
+   * no give-back waits.
+   */
+  const first = (key: RecordKey): Promise<void> | undefined => {
+    if (giveBacks.waiting === 0) return undefined
+    const ids = [...giveBacks.waitingFor(keyHashOf(key))]
+    return ids.length ? giveBacks.now(key, ids) : undefined
+  }
+  /** key hash → claim ids whose claim call failed while the store has not answered it yet */
+  const unanswered = new Map<string, Set<string>>()
+  const own = (key: RecordKey): string[] => {
+    const hash = keyHashOf(key)
+    return [...new Set([...giveBacks.waitingFor(hash), ...(unanswered.get(hash) ?? [])])]
+  }
+  /**
+   * A claim of `key`, after `first`. An answer that found an attempt abandoned past its lease
+   * while this gateway holds an unused claim of the key (waiting to be given back, or its call
+   * still unanswered: the store may have made it) may have met that very claim: it is given back
+   * and the key claimed once more. Claimed then, it was this gateway's own claim, never sent; else
+   * the first answer stands (someone else's attempt was abandoned, counted as such).
+   */
+  const claimAfter = <T>(key: RecordKey, go: () => Promise<T>, claimOf: (r: T) => ClaimResult | undefined): Promise<T> => {
+    const once = () => go().then((r) => {
+      const c = claimOf(r)
+      if (c?.kind !== 'unknown' || !c.abandoned || (unanswered.size === 0 && giveBacks.waiting === 0)) return r
+      const ids = own(key)
+      if (!ids.length) return r
+      return giveBacks.now(key, ids).then(go).then((again) => (claimOf(again)?.kind === 'claimed' ? again : r))
+    })
+    const before = first(key)
+    return before ? before.then(once) : once()
+  }
+  /**
    * `call(op, attempt)` for an operation that may claim a key. The request fails closed (503,
    * nothing forwarded) when the call fails or times out, but the store may have made the claim
    * all the same: a slow store applies it afterwards, or it ran and its reply was lost (a reset,
@@ -115,6 +154,10 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
    */
   const givingBack = <T>(op: string, attempt: Promise<T>, claimOf: (r: T) => ClaimResult | undefined, key: RecordKey, req: ClaimRequest): Promise<T> =>
     call(op, () => attempt).catch((e) => {
+      const hash = keyHashOf(key)
+      let ids = unanswered.get(hash)
+      if (!ids) unanswered.set(hash, ids = new Set())
+      ids.add(req.claimId)
       attempt.then((r) => {
         const c = claimOf(r)
         // the late call found an attempt abandoned past its lease and made it an unknown outcome
@@ -122,6 +165,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         if (c && 'abandoned' in c && c.abandoned) metrics.unknownOutcomes.inc({ route: key.route, reason: 'crash' })
         if (c?.kind === 'claimed') giveBacks.add(key, req.claimId, req.ttlMs)
       }, (late) => { if (!unsent(late) && !(late instanceof StoreFull)) giveBacks.add(key, req.claimId, req.ttlMs) })
+      // after the handlers above: from unanswered to given back (or not needed), nothing between
+      attempt.finally(() => { ids.delete(req.claimId); if (ids.size === 0 && unanswered.get(hash) === ids) unanswered.delete(hash) }).catch(() => {})
       throw e
     })
   return {
@@ -135,8 +180,8 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     fence: (resource, token, now) => call('fence', () => inner.fence(resource, token, now)),
     highest: (resource) => call('highest', () => inner.highest(resource)),
     mark: (resource) => call('mark', () => inner.mark(resource)),
-    claim: (key, req, now) => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req),
-    admit: (fence, key, req, now) => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req),
+    claim: (key, req, now) => claimAfter(key, () => givingBack('claim', inner.claim(key, req, now), (r) => r, key, req), (r) => r),
+    admit: (fence, key, req, now) => claimAfter(key, () => givingBack('admit', inner.admit(fence, key, req, now), (r) => r.claim, key, req), (r) => r.claim),
     finish: (key, claimId, done, ttlMs, now) => call('finish', () => inner.finish(key, claimId, done, ttlMs, now)),
     renew: (key, claimId, leaseMs, now) => call('renew', () => inner.renew(key, claimId, leaseMs, now)),
     // a release the store did not answer is tried again (the request was never sent, or the

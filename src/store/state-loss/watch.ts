@@ -63,7 +63,9 @@ export class StateWatch {
     this.note = noteOf(e)
     this.metrics.storeStateLost.set({ store: this.store.kind }, 1)
     this.#unwritten = this.note
-    this.#retire().catch(() => { /* counted by the guard; tried again on the next poll */ })
+    // on the next turn, not inside the call that met the loss: SQLite meets it inside the write
+    // transaction it then rolls back, which would take a note written within it along
+    setImmediate(() => { this.#retire().catch(() => { /* counted by the guard; tried again on the next poll */ }) })
   }
 
   /** Writes the note and a new epoch; stays due until the store took them. */

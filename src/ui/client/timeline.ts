@@ -3,7 +3,7 @@
  * the Overview (`/`): the drawing, its legend, and the same entries as a table. Pages of 1000
  * entries, newest first; "Older attempts" asks for the page before.
  */
-import { drawTimeline, describe, legend, markKind, MARKS, type Entry } from './draw.js'
+import { drawTimeline, describe, idTail, legend, markKind, MARKS, type Entry } from './draw.js'
 import { fill, getJson, h, short, status, time, timelineHref } from './lib.js'
 
 interface Timeline { route?: string; keyHash?: string; resource?: string; since: string; entries: Entry[]; more?: true }
@@ -18,19 +18,20 @@ function table(entries: readonly Entry[]): HTMLElement {
     h('thead', {}, h('tr', {}, ...head.map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, ...entries.map((e) => h('tr', { 'data-outcome': markKind(e) },
       h('td', {}, time(e.time)),
-      h('td', {}, e.kind === 'attempt' ? `${e.method ?? ''} ${e.route}` : e.by ?? e.replica),
+      h('td', {}, e.kind === 'attempt' ? `${e.method ?? ''} ${e.route}` : e.by === 'probe' ? `settle probe, ${e.route}` : e.by ?? e.replica),
       h('td', {}, `${describe(e)}${e.kind === 'attempt' ? ` — ${MARKS[markKind(e)].label}` : ''}`),
       h('td', { class: 'num' }, e.token ?? ''),
-      h('td', {}, e.upstreamStatus !== undefined ? `${e.upstreamStatus} in ${e.upstreamMs ?? '?'} ms` : e.unknown ? `no answer (${e.unknown})` : ''),
-      h('td', {}, short(e.requestId, 13)),
+      h('td', {}, e.upstreamStatus !== undefined && e.kind !== 'resolve' ? `${e.upstreamStatus} in ${e.upstreamMs ?? '?'} ms` : e.unknown ? `no answer (${e.unknown})` : ''),
+      h('td', {}, e.requestId === undefined ? '' : h('code', { title: e.requestId }, idTail(e.requestId))),
       h('td', {}, short(e.traceId)),
       h('td', {}, e.replica))))))
 }
 
 /** Fetches and draws one timeline into `target`, with an "Older attempts" button while there are more. */
 export async function showTimeline(target: Element, ask: Ask): Promise<void> {
-  const what = ask.keyHash ? `key hash ${ask.keyHash.slice(0, 12)}…` : ask.resource !== undefined ? `resource ${ask.resource}` : `key ${ask.key}`
-  status(`Reading the timeline of ${what}…`)
+  const named = ask.keyHash ? `key hash ${ask.keyHash.slice(0, 12)}` : ask.resource !== undefined ? `resource ${ask.resource}` : `key ${ask.key}`
+  const what = ask.keyHash && ask.keyHash.length > 12 ? `${named}…` : named
+  status(`Reading the timeline of ${named}…`) // one ellipsis: the shortened hash's and the wait's are the same three dots
   const pages: Entry[][] = []
   const draw = async (until?: string) => {
     const q = new URLSearchParams(ask)
