@@ -4,7 +4,8 @@
  * reset; hanging without applying; refused with 503 before applying), probe answers (the lookup
  * truthful — 200 when applied, 404 when not — or undecided: 500, 503, or slower than
  * upstream.timeout), operator resolves (admin POST /resolve) and retries, against a real gateway
- * on the memory and sqlite stores and a real HTTP upstream keeping a ledger of what it applied.
+ * on the memory store and two on one sqlite file (each step goes to one of them), and a real HTTP
+ * upstream keeping a ledger of what it applied.
  *
  * 1. The lookup truthful, no key is applied twice by the upstream. An operator who resolves
  *    `failed` a key the upstream holds is not a probe: such a key is left out.
@@ -14,9 +15,10 @@
  */
 import http from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
+import { join } from 'node:path'
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { startTestGateway, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
+import { startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
 import { post, send, type Reply } from './helpers/http.js'
 import { sleep, until } from './helpers/wait.js'
 
@@ -24,10 +26,10 @@ import { sleep, until } from './helpers/wait.js'
 type Answer = 'truth' | 500 | 503 | 'slow'
 type Mode = 'ok' | 'hang' | 'reset' | 'never' | 'refuse'
 type Step =
-  | { t: 'attempt'; mode: Mode }
+  | { t: 'attempt'; mode: Mode; via: number }
   | { t: 'twice' }
   | { t: 'answers'; list: Answer[] }
-  | { t: 'resolve'; as: 'completed' | 'failed' }
+  | { t: 'resolve'; as: 'completed' | 'failed'; via: number }
   | { t: 'sleep'; ms: number }
   | { t: 'probed' }
 
@@ -88,10 +90,10 @@ const route = (upstream: string): RouteSpec => ({
 })
 
 const step: fc.Arbitrary<Step> = fc.oneof(
-  { weight: 4, arbitrary: fc.constantFrom<Mode>('ok', 'hang', 'reset', 'never', 'refuse').map((mode) => ({ t: 'attempt' as const, mode })) },
+  { weight: 4, arbitrary: fc.record({ mode: fc.constantFrom<Mode>('ok', 'hang', 'reset', 'never', 'refuse'), via: fc.nat(1) }).map((a) => ({ t: 'attempt' as const, ...a })) },
   { weight: 1, arbitrary: fc.constant({ t: 'twice' as const }) },
   { weight: 2, arbitrary: fc.array(fc.constantFrom<Answer>('truth', 500, 503, 'slow'), { minLength: 1, maxLength: 3 }).map((list) => ({ t: 'answers' as const, list })) },
-  { weight: 1, arbitrary: fc.constantFrom('completed' as const, 'failed' as const).map((as) => ({ t: 'resolve' as const, as })) },
+  { weight: 1, arbitrary: fc.record({ as: fc.constantFrom('completed' as const, 'failed' as const), via: fc.nat(1) }).map((r) => ({ t: 'resolve' as const, ...r })) },
   { weight: 2, arbitrary: fc.integer({ min: 0, max: 1100 }).map((ms) => ({ t: 'sleep' as const, ms })) },
   { weight: 2, arbitrary: fc.constant({ t: 'probed' as const }) },
 )
@@ -102,15 +104,20 @@ let up: Ledger
 beforeAll(async () => { up = await ledger() })
 afterAll(() => up?.close())
 
-const STORES: [string, StoreInput][] = [
-  ['memory', { kind: 'memory' }],
-  ['sqlite', { kind: 'sqlite', path: '@DIR@/fg.db' }],
+/** The store, and how many gateways share it (attempts and resolves go to one of them, `via`). */
+const STORES: [string, () => StoreInput, number][] = [
+  ['memory', () => ({ kind: 'memory' }), 1],
+  ['sqlite', () => ({ kind: 'sqlite', path: join(tempDir(), 'shared.db') }), 2],
 ]
 
-describe.each(STORES)('settling on the %s store, any interleaving', (name, store) => {
-  let gw: TestGateway
-  beforeAll(async () => { gw = await startTestGateway({ store, admin: { writeToken: 'w' }, routes: [route(up.url)] }) })
-  afterAll(() => gw?.close())
+describe.each(STORES)('settling on the %s store, any interleaving', (name, storeOf, count) => {
+  let gws: TestGateway[] = []
+  beforeAll(async () => {
+    const store = storeOf()
+    for (let i = 0; i < count; i++) gws.push(await startTestGateway({ store, admin: { writeToken: 'w' }, routes: [route(up.url)] }))
+  })
+  afterAll(async () => { for (const g of gws) await g.close(); gws = [] })
+  const gw = (via = 0) => gws[via % gws.length]
 
   test('no key applied twice with a truthful lookup; no probe replay of an effect the upstream does not hold', async () => {
     let run = 0
@@ -120,8 +127,8 @@ describe.each(STORES)('settling on the %s store, any interleaving', (name, store
       const replies = new Map<string, Reply[]>(names.map((k) => [k, []]))
       /** keys an operator resolved `failed` while the upstream held their effect */
       const overruled = new Set<string>()
-      const charge = async (key: string, mode: Mode) => {
-        const r = await post(`${gw.url}/accounts/acc-1/charges`, { amount: 100 }, { 'idempotency-key': key, ...(mode === 'ok' ? {} : { 'x-mode': mode }) })
+      const charge = async (key: string, mode: Mode, via = 0) => {
+        const r = await post(`${gw(via).url}/accounts/acc-1/charges`, { amount: 100 }, { 'idempotency-key': key, ...(mode === 'ok' ? {} : { 'x-mode': mode }) })
         replies.get(key)!.push(r)
         // property 2, at the moment of the replay
         if (r.headers['fencegate-settled'] === 'probe') expect(up.applied.get(key) ?? 0, `${key} replayed as settled by a probe`).toBeGreaterThanOrEqual(1)
@@ -130,17 +137,17 @@ describe.each(STORES)('settling on the %s store, any interleaving', (name, store
       await Promise.all(keys.map(async (steps, i) => {
         const key = names[i]
         for (const s of steps) {
-          if (s.t === 'attempt') await charge(key, s.mode)
-          else if (s.t === 'twice') await Promise.all([charge(key, 'ok'), charge(key, 'ok')])
+          if (s.t === 'attempt') await charge(key, s.mode, s.via)
+          else if (s.t === 'twice') await Promise.all([charge(key, 'ok', 0), charge(key, 'ok', 1)])
           else if (s.t === 'answers') up.answers.set(key, [...s.list])
           else if (s.t === 'sleep') await sleep(s.ms)
           else if (s.t === 'probed') {
             const seen = up.probes.get(key) ?? 0
+            // on as soon as the probe is sent: the next step may meet it unanswered
             await until(() => (up.probes.get(key) ?? 0) > seen, { timeoutMs: 1300 }).catch(() => undefined)
-            await sleep(TIMEOUT_MS + 200)
           } else {
             const held = (up.applied.get(key) ?? 0) > 0
-            const r = await send(`${gw.adminUrl}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer w' }, body: JSON.stringify({ route: 'payments', key, as: s.as, reason: 'property test' }) })
+            const r = await send(`${gw(s.via).adminUrl}/resolve`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer w' }, body: JSON.stringify({ route: 'payments', key, as: s.as, reason: 'property test' }) })
             expect(r.status, r.text).not.toBeGreaterThanOrEqual(500)
             if (r.status === 200 && s.as === 'failed' && held) overruled.add(key)
           }
@@ -148,7 +155,7 @@ describe.each(STORES)('settling on the %s store, any interleaving', (name, store
       }))
       // the lookup truthful from here on: every unknown outcome of the run gets settled by a probe
       for (const k of names) up.answers.delete(k)
-      await until(async () => (await send(`${gw.adminUrl}/unknown`)).json().unknown.length === 0, { timeoutMs: 8000, intervalMs: 100, message: 'every unknown outcome settled by a truthful probe' })
+      await until(async () => (await send(`${gw().adminUrl}/unknown`)).json().unknown.length === 0, { timeoutMs: 8000, intervalMs: 100, message: 'every unknown outcome settled by a truthful probe' })
       for (const k of names) {
         const last = await charge(k, 'ok')
         expect(last.status, last.text).toBeLessThan(500)
