@@ -15,7 +15,10 @@
  * fencegate with its proxy listener over TLS (`tls`, an EC P-256 certificate made by openssl)
  * and wrk speaking https to it, `floor-https` the floor over node:https with the same TLS
  * options: `fencegate fencegate-https` is what TLS costs fencegate a request, `floor floor-https`
- * what it costs Node itself. `--pin` puts the targets on core 1 and wrk and nginx on
+ * what it costs Node itself. A fencegate target with `+settle` after its kind (`fencegate+settle`,
+ * `fencegate+settle:DIR`, `fencegate-https+settle`) has the payments route settle unknown
+ * outcomes (idempotency.settle, ./gateways.ts settleBlock): `fencegate fencegate+settle` is what
+ * settle costs a request when nothing becomes unknown. `--pin` puts the targets on core 1 and wrk and nginx on
  * core 0 (taskset): steadier, but not how the shared benchmark runs. Needs wrk and nginx on PATH.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
@@ -24,6 +27,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import net from 'node:net'
+import { settleBlock } from './gateways.js'
 
 const here = resolve(fileURLToPath(import.meta.url), '../../..') // the checkout (dist/bench/ → ../..)
 const argv = process.argv.slice(2)
@@ -77,7 +81,10 @@ function load(t: Target, secs: number): { us: number; requests: number; non2xx: 
 async function startTarget(spec: string, tag: string, upstream: string): Promise<Target> {
   // KIND or KIND:ARG — a checkout's folder for fencegate and store-floor, µs of work for answer
   const colon = spec.indexOf(':')
-  const kind = colon < 0 ? spec : spec.slice(0, colon), arg = colon < 0 ? '' : spec.slice(colon + 1)
+  const head = colon < 0 ? spec : spec.slice(0, colon), arg = colon < 0 ? '' : spec.slice(colon + 1)
+  // KIND+settle: the same target, its payments route with idempotency.settle
+  const settle = head.endsWith('+settle'), kind = settle ? head.slice(0, -'+settle'.length) : head
+  if (settle && kind !== 'fencegate' && kind !== 'fencegate-https') throw new Error(`+settle goes with fencegate[:DIR] or fencegate-https[:DIR] (a route with idempotency.settle), not ${spec}`)
   const where = arg && kind !== 'answer' ? resolve(arg) : here
   const port = await freePort(), admin = await freePort()
   const storeBlock: Record<string, string> = {
@@ -93,13 +100,13 @@ async function startTarget(spec: string, tag: string, upstream: string): Promise
   const yaml = join(dir, `${tag}.yaml`)
   writeFileSync(yaml, `listen: 127.0.0.1:${port}\n${tlsBlock}admin:\n  listen: 127.0.0.1:${admin}\nstore:\n  ${storeBlock[store]}\nroutes:
   - name: plain\n    match:\n      path: /plain/*\n    upstream:\n      url: ${upstream}
-  - name: payments\n    match:\n      path: /accounts/:account/*\n    upstream:\n      url: ${upstream}\n    fencing:\n      resource: "account:{param.account}"\n    idempotency:\n      required: true\n`)
+  - name: payments\n    match:\n      path: /accounts/:account/*\n    upstream:\n      url: ${upstream}\n    fencing:\n      resource: "account:{param.account}"\n    idempotency:\n      required: true\n${settle ? settleBlock('      ') : ''}`)
   const args = kind === 'floor' || kind === 'floor-https' ? [join(here, 'dist/bench/floor-proxy.js'), upstream, String(port)]
     : kind === 'answer' ? [join(here, 'dist/bench/answer-floor.js'), arg || '0', String(port)]
     : kind === 'store-floor' ? [join(where, 'dist/bench/store-floor.js'), yaml, upstream, String(port)]
       : kind === 'fencegate' || https ? [join(where, 'dist/src/cli.js'), '--config', yaml]
         : undefined
-  if (!args) throw new Error(`a target is floor, answer[:WORK_US], store-floor[:DIR] or fencegate[:DIR], fencegate-https[:DIR] or floor-https, not ${spec}`)
+  if (!args) throw new Error(`a target is floor, answer[:WORK_US], store-floor[:DIR] or fencegate[+settle][:DIR], fencegate-https[+settle][:DIR] or floor-https, not ${spec}`)
   const [cmd, a] = onCore(1, process.execPath, args)
   const env = kind === 'floor-https' ? { ...process.env, FLOOR_TLS_CERT: join(dir, `${tag}.pem`), FLOOR_TLS_KEY: join(dir, `${tag}-key.pem`) } : process.env
   const child = spawn(cmd, a, { cwd: dir, env, stdio: ['pipe', 'ignore', openSync(join(dir, `${tag}.log`), 'w')] })

@@ -19,17 +19,36 @@ export async function startUpstream(): Promise<{ url: string; child: Child }> {
 export interface Gateway { url: string; adminUrl: string; child: Child; config: string }
 
 /**
- * One route of a bench gateway's config: `POST /<prefix>/:account/*` to `upstream`, fenced on
- * `account:{param.account}` and/or with idempotency required (both by default).
+ * The `settle` block (contract §4a) of a bench route's `idempotency`, as YAML lines indented by
+ * `indent`: probe `GET /accounts/{param.account}/charges?idempotencyKey={key}` (the sample
+ * upstream's lookup), 200 applied, 404 not applied, the first probe 2 s after an outcome became
+ * unknown. Under the bench's load no outcome becomes unknown, so no probe is sent: what it costs
+ * is the settle work on every request (keeping the filled probe request with the claim).
  */
-export function benchRoute(name: string, prefix: string, upstream: string, checks: { fencing?: boolean; idempotency?: boolean } = { fencing: true, idempotency: true }): string {
+export function settleBlock(indent: string): string {
+  return [
+    'settle:',
+    '  probe:',
+    '    path: "/accounts/{param.account}/charges?idempotencyKey={key}"',
+    '    applied: [200]',
+    '    notApplied: [404]',
+    '  after: 2s',
+  ].map((l) => `${indent}${l}\n`).join('')
+}
+
+/**
+ * One route of a bench gateway's config: `POST /<prefix>/:account/*` to `upstream`, fenced on
+ * `account:{param.account}` and/or with idempotency required (both by default); `settle` adds
+ * settleBlock() to the idempotency block.
+ */
+export function benchRoute(name: string, prefix: string, upstream: string, checks: { fencing?: boolean; idempotency?: boolean; settle?: boolean } = { fencing: true, idempotency: true }): string {
   return `  - name: ${name}
     match:
       path: /${prefix}/:account/*
       methods: [POST]
     upstream:
       url: ${upstream}
-${checks.fencing ? '    fencing:\n      resource: "account:{param.account}"\n' : ''}${checks.idempotency ? '    idempotency:\n      required: true\n' : ''}`
+${checks.fencing ? '    fencing:\n      resource: "account:{param.account}"\n' : ''}${checks.idempotency ? `    idempotency:\n      required: true\n${checks.settle ? settleBlock('      ') : ''}` : ''}`
 }
 
 /**

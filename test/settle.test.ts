@@ -238,6 +238,11 @@ test('a probe answer larger than maxResponseBytes: it stays unknown, counted as 
 test.each([
   ['one sqlite file', (): StoreInput => ({ kind: 'sqlite', path: join(tempDir(), 'shared.db') })],
   ['one redis', redisStore],
+  ['one postgres schema', (): StoreInput => {
+    const schema = unique()
+    cleanups.unshift(() => dropPostgresSchema(schema))
+    return { kind: 'postgres', url: PG_URL, schema }
+  }],
 ])('two gateways on %s send one probe per scheduled time, never two', async (_, shared) => {
   const store = shared()
   const a = await gateway(store, settleRoute(up.url, { every: '2s' }))
