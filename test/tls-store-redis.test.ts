@@ -16,7 +16,7 @@ import { parseConfig } from '../src/config/load.js'
 import { makePki, type Pem, type Pki } from './helpers/certs.js'
 import { networkInterfaces } from 'node:os'
 import { freePort, startTestGateway, tempDir, type RouteSpec, type StoreInput, type TestGateway } from './helpers/gateway.js'
-import { expectProblem, metric, metrics, post } from './helpers/http.js'
+import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { until } from './helpers/wait.js'
 
@@ -78,6 +78,8 @@ const write = (gw: TestGateway, res: string, token: number, key: string) =>
 
 /** Writes, their retry, a stale token: what a working store does. */
 async function exercise(gw: TestGateway): Promise<void> {
+  // the gateway starts before its store answers (contract §2); a cluster's slots take a while
+  await until(async () => (await send(`${gw.adminUrl}/readyz`)).status === 200, { timeoutMs: 15_000, intervalMs: 100, message: 'the gateway to reach its store (/readyz 200)' })
   const res = `acct-${Date.now()}`
   const first = await write(gw, res, 10, `${res}-a`)
   expect(first.status, first.text).toBe(201)
