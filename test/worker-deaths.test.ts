@@ -122,7 +122,9 @@ describe.each(stores)('--workers 2 on %s, a worker SIGKILLed twice under load', 
 
   test('every key was forwarded once; only the requests on a killed worker\'s connections failed; /readyz stayed 200', () => {
     expect(replayed).toBe(0)
-    expect(failed).toBeLessThanOrEqual(2 * 6)
+    // per kill, each client's request on the killed worker fails, and its next connection can be
+    // handed to that worker before the primary has seen it exit: at most two per client per kill
+    expect(failed).toBeLessThanOrEqual(2 * 2 * 6)
     expect(readyWhileOneServes).toEqual([200, 200])
   })
 
