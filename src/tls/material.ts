@@ -5,7 +5,7 @@
  */
 import { createSecureContext, type SecureContextOptions } from 'node:tls'
 import type { X509Certificate } from 'node:crypto'
-import { certificates, notAfter, notExpired, privateKey, readPem, someValid, TlsFileError } from './pem.js'
+import { certificates, notExpired, privateKey, readPem, someValid, TlsFileError } from './pem.js'
 
 /** PEM texts ready for node:tls, and the certificate they present (undefined: none presented). */
 export interface TlsMaterial {
@@ -83,10 +83,6 @@ export function loadTls(at: string, files: TlsFiles, now = Date.now()): TlsMater
   if (problems.length) throw new TlsFilesError(problems)
   return out
 }
-
-/** Seconds from `now` until the presented certificate's notAfter; undefined when none is presented. */
-export const secondsLeft = (m: TlsMaterial, now = Date.now()): number | undefined =>
-  m.leaf ? (notAfter(m.leaf).getTime() - now) / 1000 : undefined
 
 /** The options node:tls takes for this material. */
 export const contextOptions = (m: TlsMaterial): SecureContextOptions => ({

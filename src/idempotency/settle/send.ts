@@ -11,9 +11,9 @@ import { UpstreamCall } from '../../forward/upstream-call.js'
 import { responseHeaders, VIA } from '../../forward/headers.js'
 import type { ProbeRequest } from './request.js'
 
-/** The `answer` label of `fencegate_settle_probes_total`. */
-export { PROBE_ANSWER_LABELS as PROBE_ANSWERS } from '../../telemetry/route-series.js'
 import type { PROBE_ANSWER_LABELS } from '../../telemetry/route-series.js'
+
+/** The `answer` label of `fencegate_settle_probes_total`. */
 export type ProbeAnswer = typeof PROBE_ANSWER_LABELS[number]
 
 /**
