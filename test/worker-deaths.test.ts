@@ -136,7 +136,9 @@ describe.each(stores)('--workers 2 on %s, a worker SIGKILLed twice under load', 
     expect(counted).toBeLessThanOrEqual(forwarded)
     // two kills, each losing at most PUSH_MS of one worker's requests (about half the load)
     const perMs = forwarded / loadMs
-    expect(forwarded - counted, `${forwarded} forwarded, ${counted} counted`).toBeLessThanOrEqual(Math.ceil(2 * PUSH_MS * perMs))
+    // a push due every PUSH_MS fires when the worker's event loop gets to it: late under load,
+    // so allow each kill twice that
+    expect(forwarded - counted, `${forwarded} forwarded, ${counted} counted`).toBeLessThanOrEqual(Math.ceil(2 * 2 * PUSH_MS * perMs))
     expect(g.log()).toMatch(/worker exited; starting a new one.*"signal":"SIGKILL"/)
   })
 
