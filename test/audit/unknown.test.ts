@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { freePort, gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
 import { runCli } from '../helpers/run.js'
 import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
 
@@ -159,3 +159,41 @@ test('resolve --key-hash refuses a malformed hash and a hash with a key (exit 2)
   expect((await cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'a'.repeat(64), '--key', 'k', '--as', 'failed')).status).toBe(2)
   expect((await cli('resolve', '--config', file, '--route', 'p', '--as', 'failed')).status).toBe(2)
 })
+
+test('resolve asks the running gateway when its admin listener is reachable: counted there as by="operator"; with none answering it resolves in the store and says it was not counted', async () => {
+  const up = await firstHangs()
+  const dir = tempDir('fg-unknown-')
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+  const adminPort = await freePort()
+  const text = gatewayConfig({
+    admin: { listen: `127.0.0.1:${adminPort}`, writeToken: 'unknown-write' },
+    store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+    routes: [{ name: 'payments', path: '/accounts/:account/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { required: true } }],
+  }).replaceAll('@DIR@', dir)
+  const file = join(dir, 'fencegate.yaml')
+  writeFileSync(file, text)
+  const gw = await startTestGateway(text)
+  cleanups.push(() => gw.close())
+  const settled = async (as: string) => metric(await metrics(gw.adminUrl), 'fencegate_unknown_outcomes_settled_total', { route: 'payments', by: 'operator', as })
+  // one account per key: the upstream hangs on each path's first request only
+  const charge = (key: string) => post(`${gw.url}/accounts/${key}/charges`, { amount: 5 }, { 'idempotency-key': key })
+  expect((await charge('via-gateway')).status).toBe(504)
+  expect((await charge('in-store')).status).toBe(504)
+  expect(await settled('not_applied')).toBe(0)
+
+  const via = await cli('resolve', '--config', file, '--route', 'payments', '--key', 'via-gateway', '--as', 'failed', '--reason', 'no charge upstream')
+  expect(via.status, via.stderr).toBe(0)
+  expect(via.stdout).toContain(`through the gateway at 127.0.0.1:${adminPort}`)
+  expect(await settled('not_applied')).toBe(1)
+  expect((await charge('via-gateway')).status).toBe(201)
+
+  // the same config without a write token: the gateway would refuse, so the CLI writes to the store itself
+  const direct = join(dir, 'direct.yaml')
+  writeFileSync(direct, text.replace(/writeToken: .*/, 'writeToken: ""'))
+  const own = await cli('resolve', '--config', direct, '--route', 'payments', '--key', 'in-store', '--as', 'completed')
+  expect(own.status, own.stderr).toBe(0)
+  expect(own.stdout).toContain('in the store directly: admin.writeToken is not set')
+  expect(await settled('applied')).toBe(0)
+  expectProblem(await charge('in-store'), { status: 409, type: 'response-not-stored' })
+  expect([up.hits('/accounts/via-gateway/charges'), up.hits('/accounts/in-store/charges')]).toEqual([2, 1])
+}, 30_000)

@@ -182,6 +182,12 @@ export interface Store extends SettleStore {
    */
   unknowns(now: number, options?: { route?: string; limit?: number }): Promise<UnknownRecord[]>
   /**
+   * The record of `key` when it is in the unknown state (as `unknowns` would list it), else
+   * undefined: one read of one record, for a retry of a key on a route with
+   * `idempotency.settle` (src/admission/settle.ts). Reading never writes.
+   */
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined>
+  /**
    * `fencing.serialize: store` (src/fencing/window.ts): registers the forwarded fenced write `id`
    * with `token` on `resource` until `deadline` (epoch ms) — atomically with reading the
    * resource's high-water mark: when `token` is below it nothing is written and the answer is

@@ -228,6 +228,15 @@ export class MemoryStore implements Store {
     })
   }
 
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
+    return this.#call('unknowns', () => {
+      const r = this.#records.get(recordId(key))
+      if (!r || r.expiresAt <= now) return undefined
+      const crashed = r.state === 'in_flight' && r.leaseUntil <= now
+      return r.state === 'unknown' || crashed ? unknownOf(key, r, crashed) : undefined
+    })
+  }
+
   /** `fencing.serialize: store` */
   readonly #registrations = new RegisteredWrites()
 

@@ -32,7 +32,7 @@ import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
-import { unknownRecords } from './unknowns.js'
+import { unknownRecord, unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { admit, claim, fence, type Admission } from './admission.js'
 import { finish, release, renew, resolve, settle, takeProbe } from './records.js'
@@ -260,6 +260,10 @@ export class RedisStore implements Store {
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
     return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
+  }
+
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
+    return this.#run('unknowns', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key))
   }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)

@@ -193,6 +193,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     }),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
+    unknownRecord: (key, now) => call('unknowns', () => inner.unknownRecord(key, now)),
     takeProbe: (key, p, now) => call('take_probe', () => inner.takeProbe(key, p, now)),
     settle: (key, probes, as, ttlMs, now) => call('settle', () => inner.settle(key, probes, as, ttlMs, now)),
     // a registration a slow store makes after the request gave up on it is ended at once: it would

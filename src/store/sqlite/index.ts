@@ -221,6 +221,10 @@ export class SqliteStore implements Store {
     return this.#run('unknowns', () => this.#ops.unknowns(now, route, limit))
   }
 
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
+    return this.#run('unknowns', () => this.#ops.unknownRecord(recordId(key), key, now))
+  }
+
   /** The connection's own journal_mode and synchronous (0 off, 1 normal, 2 full, 3 extra): what `fencegate doctor` reports. */
   settings(): { journalMode: string; synchronous: number } {
     return { journalMode: String(this.#db.pragma('journal_mode', { simple: true })), synchronous: Number(this.#db.pragma('synchronous', { simple: true })) }
