@@ -197,3 +197,34 @@ test('resolve asks the running gateway when its admin listener is reachable: cou
   expectProblem(await charge('in-store'), { status: 409, type: 'response-not-stored' })
   expect([up.hits('/accounts/via-gateway/charges'), up.hits('/accounts/in-store/charges')]).toEqual([2, 1])
 }, 30_000)
+
+test('an unknown outcome whose ttl ends unsettled is counted once as by="expiry", as="not_applied", shown on its timeline, and its key is then a first attempt', async () => {
+  const up = await firstHangs()
+  const dir = tempDir('fg-unknown-')
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+  const routes = [{ name: 'payments', path: '/accounts/:account/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { required: true, ttl: '4s', lease: '2s' } }]
+  const text = gatewayConfig({ store: { kind: 'sqlite', path: '@DIR@/fg.db' }, routes }).replaceAll('@DIR@', dir)
+  // two gateways on one store: one of them releases the record, and only it counts
+  const [a, b] = [await startTestGateway(text), await startTestGateway(text)]
+  cleanups.push(() => a.close(), () => b.close())
+  const expired = async () => (await Promise.all([a, b].map(async (g) => metric(await metrics(g.adminUrl), 'fencegate_unknown_outcomes_settled_total', { route: 'payments', by: 'expiry', as: 'not_applied' }))))
+  expect(await expired()).toEqual([0, 0])
+  const charge = () => post(`${a.url}/accounts/x/charges`, { amount: 5 }, { 'idempotency-key': 'forgotten' })
+  expect((await charge()).status).toBe(504)
+  expectProblem(await charge(), { status: 409, type: 'outcome-unknown' })
+  const [{ keyHash }] = (await send(`${a.adminUrl}/unknown`)).json().unknown
+  const deadline = Date.now() + 15_000
+  while ((await expired()).reduce((x, y) => x + y) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200))
+  await new Promise((r) => setTimeout(r, 1_500))
+  expect((await expired()).sort()).toEqual([0, 1])
+  const again = await charge()
+  expect(again.status).toBe(201)
+  expect(again.headers['idempotent-replayed']).toBeUndefined()
+  expect(metric(await metrics(a.adminUrl), 'fencegate_duplicate_forwards_total', { route: 'payments' })).toBe(0)
+  await a.audit.flush()
+  await b.audit.flush()
+  const unknowns = (await send(`${a.adminUrl}/unknown`)).json().unknown
+  expect(unknowns).toEqual([])
+  const entries = (await send(`${a.adminUrl}/audit/timeline?keyHash=${keyHash}`)).json().entries as Record<string, unknown>[]
+  expect(entries.map((e) => e.kind === 'resolve' ? `resolve ${e.resolution} by ${e.by}` : `${e.status} ${e.outcome}`)).toEqual(['504 outcome_unknown', '409 outcome_unknown', 'resolve failed by expiry', '201 forwarded'])
+}, 40_000)
