@@ -109,6 +109,9 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       metrics.storeUp.set({ store: store.kind }, 1)
       await watch?.check()
       if (watch?.lost) return lostReply()
+      // still ready: the other shards serve; this one's writes get 503 (store.replicas)
+      const short = store.replicaShortfalls?.() ?? []
+      if (short.length) return c.json({ status: 'ready', store: store.kind, replicas: short })
       const refused = store.writeRefused?.()
       // still ready: replays and stale-token refusals are answered; new keys get 503
       if (refused) return c.json({ status: 'ready', store: store.kind, disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })

@@ -257,6 +257,12 @@ export interface Store extends SettleStore {
    */
   writeRefused?(): WriteRefusal | undefined
   /**
+   * Redis Cluster with store.replicas N: one sentence per shard whose master had fewer than N
+   * replicas connected at the last look (every state poll), naming its master and slots — its
+   * writes are refused (503) — else []. Absent elsewhere. Read by `/readyz` and `fencegate doctor`.
+   */
+  replicaShortfalls?(): string[]
+  /**
    * Answers when the store can serve requests; rejects with StoreError when not. The suite checks
    * an open store and a closed one; a store that is down, test/store-faults.test.ts.
    */

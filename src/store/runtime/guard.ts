@@ -58,6 +58,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   }
   const failed = (op: string, e: unknown): StoreError => {
     metrics.storeErrors.inc({ store: kind, op })
+    if (e instanceof StoreError && e.refusal) metrics.storeWritesRefused.inc({ store: kind, reason: e.refusal })
     const now = Date.now()
     if (e instanceof StoreFull) {
       metrics.storeFull.inc({ store: kind, limit: e.limit })
@@ -174,6 +175,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     inProcess: inner.inProcess,
     sequence: inner.sequence,
     writeRefused: inner.writeRefused?.bind(inner),
+    replicaShortfalls: inner.replicaShortfalls?.bind(inner),
     retireEpoch: (note) => call('retire_epoch', () => inner.retireEpoch(note)),
     // read at each use: a store that connects late (./late.ts) has none before it connects
     get clock() { return inner.clock },
