@@ -2,14 +2,14 @@
 // of the tests' own (./helpers/tcp-proxy.ts) sits between each gateway and the shared Redis and
 // blackholes it: with `serving` /readyz stays 200 (the body says the store is unavailable), guarded
 // routes answer 503 store-unavailable with Retry-After and plain routes are served; with `store`
-// (the default) /readyz is 503, as before.
+// (the default) /readyz is 503, as before. Either way the outage is logged once with its cause.
 import { randomUUID } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startUpstream, type Upstream } from './helpers/upstream.js'
 import { startTestGateway, gatewayConfig, tempDir, type TestGateway } from './helpers/gateway.js'
-import { expectProblem, post, send } from './helpers/http.js'
+import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
 import { until } from './helpers/wait.js'
 import { dropRedisPrefix, REDIS_URL } from './helpers/stores.js'
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js'
@@ -71,6 +71,11 @@ describe.each(['serving', 'store'] as const)('admin.readiness: %s through a stor
     expect(plain.status).toBe(201)
     expect(up.count(`/plain/${readiness}/x`)).toBe(1)
 
+    // the outage in the log: its first failure once, with its cause, however many calls fail
+    await until(async () => metric(await metrics(gw.adminUrl), 'fencegate_store_errors_total') >= 5, { timeoutMs: 20_000, intervalMs: 200, message: 'five failed store calls' })
+    const failures = () => gw.logs.map((l) => JSON.parse(l)).filter((l) => /^store call/.test(l.msg))
+    expect(failures()).toEqual([expect.objectContaining({ level: 'error', store: 'redis', op: expect.any(String), error: expect.stringContaining('did not answer') })])
+
     // healed: the connections reset (what was held back is lost), new ones pass
     proxy.mode = 'pass'
     proxy.reset()
@@ -78,6 +83,8 @@ describe.each(['serving', 'store'] as const)('admin.readiness: %s through a stor
     expect((await readyz()).status).toBe(200)
     const after = await until(async () => { const r = await pay(); return r.status !== 503 && r }, { timeoutMs: 10_000, intervalMs: 200, message: 'a write not answered 503 after the heal' })
     expect(after.status).toBe(201)
+    expect(gw.logs.filter((l) => l.includes('store answers again'))).toHaveLength(1)
+    expect(failures()).toHaveLength(1)
   })
 })
 
