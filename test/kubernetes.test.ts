@@ -99,7 +99,7 @@ describe.each(['base', 'overlays/redis-sentinel', 'overlays/postgres'])('%s', (p
     const secret = one(objs, 'Secret')
     expect(Object.keys(secret.stringData).sort()).toEqual(['FENCEGATE_ADMIN_TOKEN', 'FENCEGATE_ADMIN_WRITE_TOKEN', 'FENCEGATE_LEASE_TOKEN', 'FENCEGATE_STORE_URL'])
     const monitor = one(objs, 'ServiceMonitor')
-    expect(monitor.spec.selector.matchLabels).toMatchObject(one(objs, 'Service').metadata.labels)
+    expect(monitor.spec.selector.matchLabels).toMatchObject(one(objs, 'Service').metadata.labels ?? {})
     expect(monitor.spec.endpoints).toEqual([expect.objectContaining({ port: 'admin', path: '/metrics', authorization: { type: 'Bearer', credentials: { name: secret.metadata.name, key: 'FENCEGATE_ADMIN_TOKEN' } } })])
   })
 
