@@ -114,6 +114,12 @@ export const configSchema = z.strictObject({
     publicUrl: optionalUrl.transform((u) => u?.replace(/\/+$/, '')),
     /** a Grafana dashboard URL (dashboards/fencegate.json as imported): the Routes view links its counts to the dashboard's panels */
     grafanaUrl: optionalUrl,
+    /**
+     * contract §5a: `store` makes /readyz 503 while the store cannot answer; `serving` keeps it
+     * 200 while the process serves (guarded routes then answer 503 store-unavailable themselves),
+     * for a Service in front of several replicas sharing one store
+     */
+    readiness: z.enum(['store', 'serving']).default('store'),
   }).prefault({}),
   store: z.strictObject({
     kind: z.enum(['memory', 'sqlite', 'redis', 'postgres']).default('sqlite'),

@@ -299,6 +299,9 @@ export class RedisStore implements Store {
     if (this.#closed) return
     this.#closed = true
     this.clock.stop()
-    await this.#redis.quit().catch(() => this.#redis.disconnect())
+    await this.#redis.quit().catch(() => {})
+    // quit leaves Sentinel's failover-detector subscriptions open, which keep a CLI process
+    // alive (redis/ioredis#1362); disconnect closes them
+    this.#redis.disconnect()
   }
 }

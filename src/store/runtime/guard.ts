@@ -8,6 +8,7 @@ import { histogramSeries } from '../../telemetry/series.js'
 import { tracingOn } from '../../telemetry/tracing.js'
 import type { Logger } from '../../log.js'
 import { GiveBacks, MAX_GIVE_BACK_MS } from './give-back.js'
+import { StoreErrorLog } from './error-log.js'
 import { keyHashOf } from '../contract/key-hash.js'
 import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from '../contract/store.js'
 
@@ -19,7 +20,7 @@ const FULL_LOG_MS = 60_000
 
 /**
  * A Store that measures, counts errors and enforces the timeout on every call of `inner`.
- * Failures are logged at most once a second per operation, so an outage does not flood the log;
+ * Failures are logged once with their cause, then summarised once a minute (./error-log.ts);
  * a full store (StoreFull) is counted by limit and logged at most once a minute, and so are the
  * evictions the operator accepted. Claims never used — a claim or admit that failed or answered
  * too late, a release that failed — are given back by their id until the store takes them
@@ -28,6 +29,7 @@ const FULL_LOG_MS = 60_000
 export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, log: Logger): Store {
   const kind = inner.kind
   const lastLogged = new Map<string, number>()
+  const errors = new StoreErrorLog(log, kind)
   const rarely = (what: string, now = Date.now()): boolean => {
     if (now - (lastLogged.get(what) ?? -Infinity) < FULL_LOG_MS) return false
     lastLogged.set(what, now)
@@ -65,10 +67,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
       if (!rarely(e.limit, now)) { /* logged this minute */ }
       else if (e.limit === 'disk') log.error('the store\'s disk refuses writes: requests that need new state are refused (503); replays and stale-token refusals are still answered', { store: kind, op, limit: e.limit, error: e.message })
       else log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
-    } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
-      lastLogged.set(op, now)
-      log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
-    }
+    } else errors.failed(op, (e as Error).message)
     return e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
   }
   // One promise a call, which times it, bounds it (a store out of process: a timer) and turns a
@@ -88,7 +87,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         done = true
         if (timer !== undefined) clearTimeout(timer)
         observe(op, started)
-        if (ok) resolve(v as T)
+        if (ok) { errors.answered(); resolve(v as T) }
         else reject(failed(op, v))
       }
       let p: Promise<T>
