@@ -30,7 +30,7 @@ import { KeyNames } from './keys.js'
 import { Writer } from './replicas.js'
 import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
-import { ClusterHistory, shortfalls } from './cluster-history.js'
+import { ClusterHistory, SETTLE_MS, shortfalls } from './cluster-history.js'
 import type { Cluster } from 'ioredis'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
@@ -77,7 +77,7 @@ export class RedisStore implements Store {
   constructor(options: RedisStoreOptions) {
     const {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
-      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = 2500,
+      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = SETTLE_MS,
     } = options
     // with Sentinels the url only carries credentials, TLS and the database: it may be left out
     const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : options.sentinels ? ['redis://sentinel'] : []
