@@ -19,7 +19,7 @@ import { keySlot } from '../../src/store/redis/index.js'
 import { startTestGateway, type GatewaySpec, type TestGateway } from '../helpers/gateway.js'
 import { metric, metrics } from '../helpers/http.js'
 import { sleep, until } from '../helpers/wait.js'
-import { Rng, Leases, hostileSeed, startLedger, runWorkload, checkHistory, formatReport, type FaultSpec, type Ledger } from './history.js'
+import { Rng, Leases, hostileSeed, startLedger, runWorkload, sendAttempt, checkHistory, formatReport, type Attempt, type FaultSpec, type Ledger } from './history.js'
 
 const run = randomUUID().replaceAll('-', '').slice(0, 8)
 const seed = hostileSeed()
@@ -131,6 +131,20 @@ describe('the history across a Redis Cluster failover that loses writes, two gat
         dispatcher: agent,
       }).finally(() => { done = true })
       const f = await failing
+      // the clients come back: every key the upstream applied since the cut is sent again as it was
+      // (a retry after a lost answer), and every resource written since gets a token below its highest
+      const since = ledger.effects.slice(f.beforeCut)
+      const again: Attempt[] = []
+      for (const [n, e] of [...new Map(since.map((e) => [e.key, e])).values()].entries()) {
+        const attempt = Math.max(0, ...history.filter((a) => a.key === e.key).map((a) => a.attempt)) + 1
+        again.push(await sendAttempt(gws[n % 2].url, { worker: -1, route: 'ledger', res: e.resource.slice('ledger:'.length), token: e.token, key: e.key, body: e.body, attempt, fault: 'none' }, agent))
+      }
+      const stale: Attempt[] = []
+      for (const resource of new Set(since.map((e) => e.resource))) {
+        const high = ledger.effects.filter((e) => e.resource === resource).reduce((h, e) => (BigInt(e.token) > h ? BigInt(e.token) : h), 0n)
+        stale.push(await sendAttempt(gws[1].url, { worker: -1, route: 'ledger', res: resource.slice('ledger:'.length), token: String(high - 1n), key: `stale-${resource}-${run}`, body: '{}', attempt: 1, fault: 'none' }, agent))
+      }
+      history.push(...again, ...stale)
       await ledger.idle()
       const duplicateForwards = { ledger: 0 }
       for (const g of gws) duplicateForwards.ledger += metric(await metrics(g.adminUrl), 'fencegate_duplicate_forwards_total', { route: 'ledger' })
@@ -140,7 +154,10 @@ describe('the history across a Redis Cluster failover that loses writes, two gat
       console.log(formatReport(report, seed, `store.replicas ${replicas}: master ${target.master} killed, replica ${f.replica} promoted; effects ${f.beforeCut} before the cut, ${f.atRestart} when the old master was back; 503 store-state-lost ${lost}, store-unavailable ${unavailable}`, 0))
       expect(report.violations, formatReport(report, seed, `store.replicas ${replicas}`)).toEqual([])
       expect(report.stats.effects).toBeGreaterThanOrEqual(40)
+      expect(again.length).toBeGreaterThan(0)
       if (replicas === 0) {
+        // nothing is served on a store that lost writes: not the retries, not the stale tokens
+        for (const a of [...again, ...stale]) expect([a.status, a.problem]).toEqual([503, 'store-state-lost'])
         // the writes the master alone had are lost: state loss on both gateways, nothing forwarded meanwhile
         for (const g of gws) await until(async () => await counter(g, 'fencegate_store_state_lost') === 1, { timeoutMs: 5000, intervalMs: 100, message: 'both gateways to report the state loss' })
         expect(lost).toBeGreaterThan(0)
@@ -148,6 +165,8 @@ describe('the history across a Redis Cluster failover that loses writes, two gat
         // nothing acknowledged was lost: no alarm, and the promoted shard was written again once it had a replica
         for (const g of gws) expect(await counter(g, 'fencegate_store_state_losses_total')).toBe(0)
         expect(lost).toBe(0)
+        // the marks held through the failover
+        for (const a of stale) expect([a.status, a.problem]).toEqual([412, 'stale-fencing-token'])
         expect(unavailable).toBeGreaterThan(0)
         expect(metric(await metrics(gws[0].adminUrl), 'fencegate_store_writes_refused_total', { store: 'redis', reason: 'replica_shortfall' }) + metric(await metrics(gws[1].adminUrl), 'fencegate_store_writes_refused_total', { store: 'redis', reason: 'replica_shortfall' })).toBeGreaterThan(0)
       }
