@@ -138,7 +138,7 @@ describe('fencegate doctor on a Redis Cluster', () => {
     expect(lone).toMatchObject({ status: 'risk', shard: { wanted: 1, covered: false, replicas: [] } })
     expect(lone.setting).toMatch(new RegExp(`^master 127\\.0\\.0\\.1:${replica}, slots [0-9-, ]+: no replica, store\\.replicas 1$`))
     // the same words as /readyz, then what it costs
-    expect(lone.consequence.startsWith(`${named[0]}: every fenced or idempotent request whose mark or record lives on these slots answers 503 store-unavailable`)).toBe(true)
+    expect(lone.consequence.startsWith(`${named[0]}. Every fenced or idempotent request whose mark or record lives on these slots answers 503 store-unavailable`)).toBe(true)
     expect(short.shards.filter((f) => f !== lone).map((f) => f.status)).toEqual(['ok', 'ok'])
 
     // the way out (docs/runbook.md): the old master back, as the new one's replica

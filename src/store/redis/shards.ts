@@ -35,7 +35,7 @@ function shardFinding(v: MasterView, wanted: number): Finding {
   if (wanted > 0 && !shard.covered) {
     return {
       ...base, status: 'risk',
-      consequence: `${shortfalls([v], wanted)[0]}: every fenced or idempotent request whose mark or record lives on these slots answers 503 store-unavailable (fencegate_store_writes_refused_total{reason="replica_shortfall"}) until the master has ${plural(wanted, 'replica')} in sync again; nothing is acknowledged there meanwhile, so a failover loses nothing acknowledged.`,
+      consequence: `${shortfalls([v], wanted)[0]}. Every fenced or idempotent request whose mark or record lives on these slots answers 503 store-unavailable (fencegate_store_writes_refused_total{reason="replica_shortfall"}) until the master has ${plural(wanted, 'replica')} in sync again; nothing is acknowledged there meanwhile, so a failover loses nothing acknowledged.`,
     }
   }
   if (wanted > 0) {
