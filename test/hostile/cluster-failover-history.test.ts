@@ -11,6 +11,7 @@
 // 503s are allowed; the checker forbids a stale write applied, a key applied twice, a replay that
 // differs, an answer without its effect.
 // Reproduce a failure with the seed it prints: HOSTILE_SEED=<seed> npx vitest run test/hostile/cluster-failover-history.test.ts
+// (HOSTILE_DEBUG=1 also prints the attempts, effects and gateway log lines of every key in a violation).
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, onTestFailed, test } from 'vitest'
 import { Agent } from 'undici'
@@ -19,7 +20,7 @@ import { keySlot } from '../../src/store/redis/index.js'
 import { startTestGateway, type GatewaySpec, type TestGateway } from '../helpers/gateway.js'
 import { metric, metrics } from '../helpers/http.js'
 import { sleep, until } from '../helpers/wait.js'
-import { Rng, Leases, hostileSeed, startLedger, runWorkload, sendAttempt, checkHistory, formatReport, type Attempt, type FaultSpec, type Ledger } from './history.js'
+import { Rng, Leases, hostileSeed, startLedger, runWorkload, sendAttempt, checkHistory, formatReport, type Attempt, type Effect, type FaultSpec, type Ledger, type WorkloadOptions } from './history.js'
 
 const run = randomUUID().replaceAll('-', '').slice(0, 8)
 const seed = hostileSeed()
@@ -71,10 +72,10 @@ async function busiestMaster(prefix: string): Promise<{ master: number; slots: n
 const counter = async (g: TestGateway, name: string) => metric(await metrics(g.adminUrl), name, { store: 'redis' })
 
 /**
- * While the workload runs: the cut, the kill and the promotion, the old master back; `done`
- * once `servedAgain` (if given) held or a few seconds passed.
+ * While the workload runs: the cut, 1.5 s of writes, the kill (`onKill`: the workload takes no
+ * new key from then on, its workers finish theirs), and the promotion.
  */
-async function failover(ledger: Ledger, { master, slots }: { master: number; slots: number[] }, servedAgain?: (since: number) => boolean): Promise<{ replica: number; beforeCut: number; atRestart: number }> {
+async function failover(ledger: Ledger, { master, slots }: { master: number; slots: number[] }, onKill: () => void): Promise<{ replica: number; beforeCut: number }> {
   await until(() => ledger.effects.length >= 40, { timeoutMs: 15_000, intervalMs: 20, message: 'the workload to reach the upstream' })
   const replica = await replicaOf(master)
   const beforeCut = ledger.effects.length
@@ -83,16 +84,10 @@ async function failover(ledger: Ledger, { master, slots }: { master: number; slo
   // writes answered by the master alone (replicas 0), or refused for want of an acknowledgement (replicas 1)
   await sleep(1500)
   await c.kill(master)
+  onKill()
   signal(replica, 'SIGCONT')
   await until(async () => (await c.masterOf(slots[0])) === replica, { timeoutMs: 20_000, intervalMs: 200, message: 'the replica to be promoted' })
-  await sleep(1000)
-  await c.restart(master)
-  await c.waitOk(15_000)
-  await c.waitReplicasInSync(15_000)
-  const atRestart = ledger.effects.length
-  if (servedAgain) await until(() => servedAgain(atRestart), { timeoutMs: 10_000, intervalMs: 50, message: 'the promoted shard to be served again' })
-  else await sleep(1000)
-  return { replica, beforeCut, atRestart }
+  return { replica, beforeCut }
 }
 
 describe('the history across a Redis Cluster failover that loses writes, two gateways', () => {
@@ -105,59 +100,73 @@ describe('the history across a Redis Cluster failover that loses writes, two gat
     agents.push(agent)
     try {
       const rng = root.fork(replicas)
-      let done = false
+      const leases = new Leases(800)
+      const workload = (keyPrefix: string, r: Rng, until: () => boolean): WorkloadOptions => ({
+        url: gws.map((g) => g.url), routes: ['ledger'], resources: RESOURCES, workers: 6, ops: 30, until, rng: r, leases, faults: FAULTS,
+        pAbort: 0.03, pPause: 0.04, pLostAck: 0.1, pRelease: 0.8, pDouble: 0.05, maxAttempts: 10, keyDeadlineMs: 4000, keyPrefix, dispatcher: agent,
+      })
       const target = await busiestMaster(prefix)
-      // replicas 1: a resource whose mark the promoted master holds is written again once it has a replica
-      const servedAgain = replicas === 0 ? undefined : (since: number) => ledger.effects.slice(since).some((e) => target.slots.includes(keySlot(`{fg:${prefix}:f:${e.resource.slice('ledger:'.length)}}`)))
-      const failing = failover(ledger, target, servedAgain).finally(() => { done = true })
-      const history = await runWorkload({
-        url: gws.map((g) => g.url),
-        routes: ['ledger'],
-        resources: RESOURCES,
-        workers: 6,
-        ops: 60,
-        until: () => done,
-        rng,
-        leases: new Leases(800),
-        faults: FAULTS,
-        pAbort: 0.03,
-        pPause: 0.04,
-        pLostAck: 0.1,
-        pRelease: 0.8,
-        pDouble: 0.05,
-        maxAttempts: 10,
-        keyDeadlineMs: 4000,
-        keyPrefix: `${replicas}-${run}`,
-        dispatcher: agent,
-      }).finally(() => { done = true })
+      const markSlot = (resource: string) => keySlot(`{fg:${prefix}:f:${resource.slice('ledger:'.length)}}`)
+      let killed = false
+      const failing = failover(ledger, target, () => { killed = true }).finally(() => { killed = true })
+      const history = await runWorkload(workload(`${replicas}-${run}`, rng, () => killed))
       const f = await failing
-      // the clients come back: every key the upstream applied since the cut is sent again as it was
-      // (a retry after a lost answer), and every resource written since gets a token below its highest
+
+      // the clients come back once the replica took over: each key the upstream applied since the
+      // cut is sent again as it was (a retry after a lost answer), and each resource written since
+      // gets the highest token it had before the cut, when that is below its highest now
       const since = ledger.effects.slice(f.beforeCut)
       const again: Attempt[] = []
       for (const [n, e] of [...new Map(since.map((e) => [e.key, e])).values()].entries()) {
         const attempt = Math.max(0, ...history.filter((a) => a.key === e.key).map((a) => a.attempt)) + 1
         again.push(await sendAttempt(gws[n % 2].url, { worker: -1, route: 'ledger', res: e.resource.slice('ledger:'.length), token: e.token, key: e.key, body: e.body, attempt, fault: 'none' }, agent))
       }
+      const top = (effects: Effect[], resource: string) => effects.filter((e) => e.resource === resource).reduce((h, e) => (BigInt(e.token) > h ? BigInt(e.token) : h), -1n)
       const stale: Attempt[] = []
       for (const resource of new Set(since.map((e) => e.resource))) {
-        const high = ledger.effects.filter((e) => e.resource === resource).reduce((h, e) => (BigInt(e.token) > h ? BigInt(e.token) : h), 0n)
-        stale.push(await sendAttempt(gws[1].url, { worker: -1, route: 'ledger', res: resource.slice('ledger:'.length), token: String(high - 1n), key: `stale-${resource}-${run}`, body: '{}', attempt: 1, fault: 'none' }, agent))
+        const before = top(ledger.effects.slice(0, f.beforeCut), resource)
+        if (before < 0n || before >= top(ledger.effects, resource)) continue
+        stale.push(await sendAttempt(gws[1].url, { worker: -1, route: 'ledger', res: resource.slice('ledger:'.length), token: String(before), key: `stale-${resource}-${run}`, body: '{}', attempt: 1, fault: 'none' }, agent))
       }
       history.push(...again, ...stale)
+
+      // the old master back, as the new one's replica (the way out for replicas 1); with replicas 1
+      // the workload goes on until a resource on the promoted master is written again
+      await c.restart(target.master)
+      await c.waitOk(15_000)
+      await c.waitReplicasInSync(15_000)
+      const atRestart = ledger.effects.length
+      const servedAgain = () => ledger.effects.slice(atRestart).some((e) => target.slots.includes(markSlot(e.resource)))
+      if (replicas > 0) {
+        const deadline = Date.now() + 15_000
+        history.push(...await runWorkload(workload(`${replicas}-${run}-b`, rng.fork(7), () => servedAgain() || Date.now() > deadline)))
+      }
       await ledger.idle()
       const duplicateForwards = { ledger: 0 }
       for (const g of gws) duplicateForwards.ledger += metric(await metrics(g.adminUrl), 'fencegate_duplicate_forwards_total', { route: 'ledger' })
       const report = checkHistory(history, ledger.effects, { policies: { ledger: 'reject' }, duplicateForwards })
       const lost = history.filter((a) => a.problem === 'store-state-lost').length
       const unavailable = history.filter((a) => a.problem === 'store-unavailable').length
-      console.log(formatReport(report, seed, `store.replicas ${replicas}: master ${target.master} killed, replica ${f.replica} promoted; effects ${f.beforeCut} before the cut, ${f.atRestart} when the old master was back; 503 store-state-lost ${lost}, store-unavailable ${unavailable}`, 0))
+      console.log(formatReport(report, seed, `store.replicas ${replicas}: master ${target.master} killed, replica ${f.replica} promoted; effects ${f.beforeCut} before the cut, ${atRestart} when the old master was back; ${again.length} keys sent again, ${stale.length} stale tokens; 503 store-state-lost ${lost}, store-unavailable ${unavailable}`, 0))
+      if (process.env.HOSTILE_DEBUG) {
+        for (const k of new Set(report.violations.map((x) => /key (\S+)/.exec(x.detail)?.[1]).filter(Boolean))) {
+          console.log(k, 'record slot', keySlot(`{fg:${prefix}:r:ledger::${k}}`), 'mark slot', markSlot(history.find((a) => a.key === k)!.resource), 'target', target)
+          console.log(history.filter((a) => a.key === k).map((a) => `${a.start}-${a.end} w${a.worker} #${a.attempt} ${a.fault} ${a.token} -> ${a.status || a.error?.slice(0, 30)} ${a.problem ?? ''} ${a.reason ?? ''} ${a.replayed ? 'R' : ''}`).join('\n'))
+          console.log(ledger.effects.filter((e) => e.key === k).map((e) => `#${e.seq}@${e.at} ${e.fault}`).join(', '))
+          gws.forEach((g, n) => console.log(`gateway ${n}:`, g.logs.filter((l) => l.includes(k!)).join('')))
+        }
+        console.log('failover', f, gws.map((g) => g.logs.filter((l) => /state|went back|lost|settl|failover|took over/i.test(l) && !l.includes('"msg":"request')).slice(0, 6).join('')).join('\n---\n'))
+      }
       expect(report.violations, formatReport(report, seed, `store.replicas ${replicas}`)).toEqual([])
       expect(report.stats.effects).toBeGreaterThanOrEqual(40)
-      expect(again.length).toBeGreaterThan(0)
       if (replicas === 0) {
-        // nothing is served on a store that lost writes: not the retries, not the stale tokens
-        for (const a of [...again, ...stale]) expect([a.status, a.problem]).toEqual([503, 'store-state-lost'])
+        expect(again.length).toBeGreaterThan(0)
+        expect(stale.length).toBeGreaterThan(0)
+        // nothing is served where writes were lost: not the retries, not the stale tokens (the rest
+        // is served until a gateway sees the loss, then nothing is)
+        const onTarget = [...again, ...stale].filter((a) => target.slots.includes(markSlot(a.resource)))
+        expect(onTarget.length).toBeGreaterThan(0)
+        for (const a of onTarget) expect([a.status, a.problem]).toEqual([503, 'store-state-lost'])
         // the writes the master alone had are lost: state loss on both gateways, nothing forwarded meanwhile
         for (const g of gws) await until(async () => await counter(g, 'fencegate_store_state_lost') === 1, { timeoutMs: 5000, intervalMs: 100, message: 'both gateways to report the state loss' })
         expect(lost).toBeGreaterThan(0)
@@ -168,6 +177,7 @@ describe('the history across a Redis Cluster failover that loses writes, two gat
         // the marks held through the failover
         for (const a of stale) expect([a.status, a.problem]).toEqual([412, 'stale-fencing-token'])
         expect(unavailable).toBeGreaterThan(0)
+        expect(servedAgain()).toBe(true)
         expect(metric(await metrics(gws[0].adminUrl), 'fencegate_store_writes_refused_total', { store: 'redis', reason: 'replica_shortfall' }) + metric(await metrics(gws[1].adminUrl), 'fencegate_store_writes_refused_total', { store: 'redis', reason: 'replica_shortfall' })).toBeGreaterThan(0)
       }
     } finally {
