@@ -150,7 +150,7 @@ describe('the history across a Redis Cluster failover that loses writes, two gat
       console.log(formatReport(report, seed, `store.replicas ${replicas}: master ${target.master} killed, replica ${f.replica} promoted; effects ${f.beforeCut} before the cut, ${atRestart} when the old master was back; ${again.length} keys sent again, ${stale.length} stale tokens; 503 store-state-lost ${lost}, store-unavailable ${unavailable}`, 0))
       if (process.env.HOSTILE_DEBUG) {
         for (const k of new Set(report.violations.map((x) => /key (\S+)/.exec(x.detail)?.[1]).filter(Boolean))) {
-          console.log(k, 'record slot', keySlot(`{fg:${prefix}:r:ledger::${k}}`), 'mark slot', markSlot(history.find((a) => a.key === k)!.resource), 'target', target)
+          console.log(k, 'record slot', keySlot(`{fg:${prefix}:r:ledger::${k}}`), 'mark slot', markSlot(history.find((a) => a.key === k)?.resource ?? '?'), 'target', target)
           console.log(history.filter((a) => a.key === k).map((a) => `${a.start}-${a.end} w${a.worker} #${a.attempt} ${a.fault} ${a.token} -> ${a.status || a.error?.slice(0, 30)} ${a.problem ?? ''} ${a.reason ?? ''} ${a.replayed ? 'R' : ''}`).join('\n'))
           console.log(ledger.effects.filter((e) => e.key === k).map((e) => `#${e.seq}@${e.at} ${e.fault}`).join(', '))
           gws.forEach((g, n) => console.log(`gateway ${n}:`, g.logs.filter((l) => l.includes(k!)).join('')))

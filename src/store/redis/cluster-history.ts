@@ -186,10 +186,18 @@ export class ClusterHistory {
   async #look(op: string): Promise<void> {
     const views = await readMasters(this.cluster)
     const before = this.#views
-    this.#views = new Map(views.map((v) => [v.nodeId, v]))
-    this.last = views
-    for (const v of views) for (const [a, b] of v.slots) for (let s = a; s <= b; s++) this.#slotMaster.set(s, v.nodeId)
-    if (!before.size) return
+    const after = new Map(views.map((v) => [v.nodeId, v]))
+    // a master this look could not read (its connection closed: killed, not yet replaced in the
+    // slot map) keeps its last view until a replica promoted in its place was compared with it;
+    // without it that replica would pass for a new master whose keys are all there
+    for (const [id, p] of before) if (!after.has(id) && !views.some((v) => v.previous === p.replid)) after.set(id, p)
+    // the views are kept only once compared: a look that fails half-way compares again next time
+    const keep = () => {
+      this.#views = after
+      this.last = views
+      for (const v of views) for (const [a, b] of v.slots) for (let s = a; s <= b; s++) this.#slotMaster.set(s, v.nodeId)
+    }
+    if (!before.size) return keep()
     const losses: string[] = []
     let first: { v: MasterView; was?: MasterView } | undefined
     for (const v of views) {
@@ -213,6 +221,7 @@ export class ClusterHistory {
         this.#settling.set(v.nodeId, { until: Date.now() + this.o.settleMs, why: how, slots: v.slots })
       }
     }
+    keep()
     if (first) {
       throw this.o.sequence.wentBack(op, losses.join(' | '), { signal: first.was ? 'replication-id' : 'sequence', now: first.v.replid, was: first.was?.replid ?? before.get(first.v.nodeId)?.replid ?? '?' })
     }
