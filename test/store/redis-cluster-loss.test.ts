@@ -144,7 +144,7 @@ describe('a Redis Cluster failover', () => {
     await c.kill(m)
     await until(async () => (await c.masterOf(markSlot(p, res))) === replica, { timeoutMs: 20_000, intervalMs: 200, message: 'the replica to be promoted' })
     // served again once the promoted master settled (503 store-unavailable meanwhile)
-    const stale = await until(async () => { const r = await write(g, res, 150n, 'k-150'); return r.status !== 503 && r }, { timeoutMs: 10_000, intervalMs: 200, message: 'the gateway to serve the promoted master' })
+    const stale = await until(async () => { const r = await write(g, res, 150n, 'k-150'); return r.status !== 503 && r }, { timeoutMs: 20_000, intervalMs: 200, message: 'the gateway to serve the promoted master (the settle hold: 1 s + 3 × 2 × store.timeout)' })
     expect(stale.status).toBe(412)
     const again = await write(g, res, 200n, k1)
     expect([again.status, again.headers['idempotent-replayed']]).toEqual([201, 'true'])

@@ -467,7 +467,7 @@ routes:
     expect(shortOnA.json().type).toBe('urn:fencegate:problem:store-unavailable')
     // B (replicas: 0) serves them once the promoted master settled (every gateway compared its writes)
     let tries = 0
-    await until(async () => (await write(b, onVictim[0], 1_000_000n, `fine-on-b-${tries++}`)).status === 201, { timeoutMs: 6000, intervalMs: 200, message: 'B to serve the promoted master\'s slots' })
+    await until(async () => (await write(b, onVictim[0], 1_000_000n, `fine-on-b-${tries++}`)).status === 201, { timeoutMs: 15_000, intervalMs: 200, message: 'B to serve the promoted master\'s slots (the settle hold: 1 s + 3 × 2 × store.timeout)' })
     // the old master comes back, empty, as the new master's replica: A is served again
     await c.restart(victim)
     await c.waitOk(15_000)

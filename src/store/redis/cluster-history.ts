@@ -13,20 +13,25 @@
  *   and whenever a write is answered by a master this gateway did not know for its slot (every
  *   write script answers its master's node id): a master that is a promoted replica of a master
  *   known here (its `master_replid2`) and, with `store.replicas: 0`, took over behind the offset
- *   that master had when last looked at, lost writes.
+ *   that master had when last looked at, lost writes. A master whose connection is gone (killed,
+ *   still in the slot map) keeps its last view, so the replica promoted in its place is compared
+ *   with it rather than taken for a new master.
  * A failover neither shows as lossy is not trusted at once with `store.replicas: 0`: the promoted
- * master's slots refuse writes (StoreError, 503) for `settleMs`, long enough for every running
- * gateway's poll to compare its own writes and leave a loss note, then the note is read.
+ * master's slots refuse writes (StoreError, 503) for `settleMs` (`settleHoldMs`), long enough for
+ * every running gateway's poll to compare its own writes and leave a loss note, then the note is
+ * read.
  *
  * A loss is the store's: the epoch is retired with a note naming the node and its slots, and
  * every slot fails closed until accept-loss (a resource's mark and its keys' records may be on
  * different masters; see docs/stores.md).
  * Not seen: writes answered by a gateway that then stopped before its next poll, made after this
- * gateway's last look at their master.
+ * gateway's last look at their master; and those of a gateway that runs but cannot look for longer
+ * than the hold (cut off from the cluster, paused), made after the other gateways' last look.
  */
 import type { Cluster, Redis } from 'ioredis'
 import { StoreError } from '../contract/errors.js'
 import type { WriteSequence } from '../state-loss/sequence.js'
+import { STATE_POLL_MS } from '../state-loss/watch.js'
 
 /** One master as a look saw it: its address and node id, its slots, its replication. */
 export interface MasterView {
@@ -110,14 +115,23 @@ export function shortfalls(views: MasterView[], replicas: number): string[] {
     `shard ${v.node} (slots ${slotRanges(v.slots)}) has ${v.replicas} of ${replicas} replica${replicas === 1 ? '' : 's'} connected: its writes are refused (503)`)
 }
 
-/** How long a promoted master's slots refuse writes by default with store.replicas 0, ms. */
-export const SETTLE_MS = 2500
+/**
+ * How long a promoted master's slots refuse writes with store.replicas 0, ms: long enough for
+ * every other running gateway to see the promotion, compare its own writes and leave its loss
+ * note. From the promotion, another gateway's look then in flight ends within `lookMs` (it is
+ * given up past that), its next poll comes within STATE_POLL_MS, that look ends within `lookMs`,
+ * and the note is one SET answered within `commandTimeoutMs`.
+ * @param commandTimeoutMs the store's command timeout, ms (2 × store.timeout); a look is given up after as long
+ */
+export const settleHoldMs = (commandTimeoutMs: number): number => STATE_POLL_MS + 3 * commandTimeoutMs
 
 export interface ClusterHistoryOptions {
   /** store.replicas 0: a failover may lose acknowledged writes (no WAIT) */
   failoverIsLoss: boolean
-  /** how long a promoted master's slots refuse writes before they are trusted, ms */
+  /** how long a promoted master's slots refuse writes before they are trusted, ms (`settleHoldMs`) */
   settleMs: number
+  /** how long a look at the masters may take before it is given up and the next starts afresh, ms */
+  lookMs: number
   /** the gateway's write sequence: its listeners hear of a loss, its reset clears the slots' */
   sequence: WriteSequence
   /** the sequence key of a slot */
@@ -137,6 +151,8 @@ export class ClusterHistory {
   /** node id → until when its slots refuse writes, and why */
   readonly #settling = new Map<string, { until: number; why: string; slots: [number, number][] }>()
   #looking?: Promise<void>
+  /** the looks started; only the latest keeps what it read */
+  #looks = 0
   /** the last look's masters, for /readyz and doctor */
   last: MasterView[] = []
 
@@ -177,13 +193,27 @@ export class ClusterHistory {
     if (await this.cluster.get(this.o.noteKey) !== null) throw new StoreError(`redis ${op}: a gateway noted a state loss; this gateway's watch takes it up`, op)
   }
 
-  /** Looks at every master (one look at a time, shared). @throws StoreWentBack on a loss */
+  /**
+   * Looks at every master (one look at a time, shared); one that takes longer than `lookMs` (a
+   * dead master's connection) is given up, so the next poll looks afresh: the settle hold counts
+   * on it. A loss the given-up look still finds is reported all the same.
+   * @throws StoreWentBack on a loss; StoreError when the look is given up
+   */
   look(op: string): Promise<void> {
-    this.#looking ??= this.#look(op).finally(() => { this.#looking = undefined })
+    if (this.#looking) return this.#looking
+    const n = ++this.#looks
+    let timer: NodeJS.Timeout | undefined
+    const limit = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new StoreError(`redis ${op}: the masters did not all answer within ${this.o.lookMs} ms`, op)), this.o.lookMs)
+    })
+    this.#looking = Promise.race([this.#look(op, n), limit]).finally(() => {
+      clearTimeout(timer)
+      this.#looking = undefined
+    })
     return this.#looking
   }
 
-  async #look(op: string): Promise<void> {
+  async #look(op: string, n: number): Promise<void> {
     const views = await readMasters(this.cluster)
     const before = this.#views
     const after = new Map(views.map((v) => [v.nodeId, v]))
@@ -193,6 +223,7 @@ export class ClusterHistory {
     for (const [id, p] of before) if (!after.has(id) && !views.some((v) => v.previous === p.replid)) after.set(id, p)
     // the views are kept only once compared: a look that fails half-way compares again next time
     const keep = () => {
+      if (n !== this.#looks) return
       this.#views = after
       this.last = views
       for (const v of views) for (const [a, b] of v.slots) for (let s = a; s <= b; s++) this.#slotMaster.set(s, v.nodeId)

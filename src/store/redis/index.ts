@@ -30,7 +30,7 @@ import { KeyNames } from './keys.js'
 import { Writer } from './replicas.js'
 import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
-import { ClusterHistory, SETTLE_MS, shortfalls } from './cluster-history.js'
+import { ClusterHistory, settleHoldMs, shortfalls } from './cluster-history.js'
 import type { Cluster } from 'ioredis'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
@@ -77,7 +77,7 @@ export class RedisStore implements Store {
   constructor(options: RedisStoreOptions) {
     const {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
-      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = SETTLE_MS,
+      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = settleHoldMs(commandTimeoutMs),
     } = options
     // with Sentinels the url only carries credentials, TLS and the database: it may be left out
     const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : options.sentinels ? ['redis://sentinel'] : []
@@ -94,7 +94,7 @@ export class RedisStore implements Store {
     this.sequence = sequence
     if (cluster) {
       const keys = this.#keys
-      this.#masters = new ClusterHistory(this.#redis as Cluster, { failoverIsLoss: replicas === 0, settleMs, sequence, seqKey: (slot) => keys.slotSeq(slot), noteKey: keys.lossNote })
+      this.#masters = new ClusterHistory(this.#redis as Cluster, { failoverIsLoss: replicas === 0, settleMs, lookMs: commandTimeoutMs, sequence, seqKey: (slot) => keys.slotSeq(slot), noteKey: keys.lossNote })
     }
     this.#writer = new Writer(this.#redis, {
       cluster, replicas, replicasTimeoutMs: Math.max(1, Math.round(replicasTimeoutMs)), commandTimeoutMs,

@@ -11,7 +11,7 @@ import type { Finding } from '../doctor/findings.js'
 import { lossFinding } from '../doctor/loss.js'
 import { KeyNames } from './keys.js'
 import { readNote } from './markers.js'
-import { readMasters } from './cluster-history.js'
+import { readMasters, settleHoldMs } from './cluster-history.js'
 import { shardFindings } from './shards.js'
 
 const EVICTING = /^(allkeys|volatile)-(lru|lfu|random)$|^volatile-ttl$/
@@ -153,7 +153,8 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
       }
     })
     const state = (await cluster.cluster('INFO') as string).match(/cluster_state:(\w+)/)?.[1] ?? '?'
-    const out = [...merged.values(), ...shardFindings(await readMasters(cluster), config.replicas)]
+    // 2 × store.timeout: the store's command timeout (../runtime/open-engine.ts)
+    const out = [...merged.values(), ...shardFindings(await readMasters(cluster), config.replicas, settleHoldMs(2 * config.timeout))]
     out.push({
       id: 'cluster', status: state === 'ok' ? 'ok' : 'risk', setting: `Redis Cluster, ${masters.length} master${masters.length === 1 ? '' : 's'}, cluster_state ${state}`,
       consequence: state === 'ok'

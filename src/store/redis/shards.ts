@@ -7,7 +7,7 @@
  * `/readyz` (`shortfalls`).
  */
 import type { Finding, ShardView } from '../doctor/findings.js'
-import { SETTLE_MS, shortfalls, slotRanges, type MasterView } from './cluster-history.js'
+import { shortfalls, slotRanges, type MasterView } from './cluster-history.js'
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`
 
@@ -22,12 +22,13 @@ export function shardView(v: MasterView, wanted: number): ShardView {
 /**
  * One `shard` finding per master, ordered by first slot.
  * @param wanted store.replicas
+ * @param holdMs how long a promoted master's slots refuse writes with store.replicas 0, ms (./cluster-history.ts `settleHoldMs`)
  */
-export function shardFindings(views: MasterView[], wanted: number): Finding[] {
-  return [...views].sort((a, b) => (a.slots[0]?.[0] ?? 0) - (b.slots[0]?.[0] ?? 0)).map((v) => shardFinding(v, wanted))
+export function shardFindings(views: MasterView[], wanted: number, holdMs: number): Finding[] {
+  return [...views].sort((a, b) => (a.slots[0]?.[0] ?? 0) - (b.slots[0]?.[0] ?? 0)).map((v) => shardFinding(v, wanted, holdMs))
 }
 
-function shardFinding(v: MasterView, wanted: number): Finding {
+function shardFinding(v: MasterView, wanted: number, holdMs: number): Finding {
   const shard = shardView(v, wanted)
   const links = shard.replicas.map((r) => `${r.node} ${r.state}, ${r.behindBytes} bytes behind, lag ${r.lagSeconds} s`).join('; ')
   const setting = `master ${v.node}, slots ${slotRanges(v.slots)}: ${v.replicas ? `${plural(v.replicas, 'replica')} connected (${links})` : 'no replica'}, store.replicas ${wanted}`
@@ -56,6 +57,6 @@ function shardFinding(v: MasterView, wanted: number): Finding {
   const behind = Math.max(0, ...shard.replicas.map((r) => r.behindBytes))
   return {
     ...base, status: 'risk',
-    consequence: `Replication is asynchronous and the gateway does not wait for it (store.replicas 0): a failover of this shard loses the writes its master acknowledged that the promoted replica had not received (${behind} bytes at this reading). fencegate detects that as state loss (the replication offsets, the slots' write sequences): every gateway answers 503 store-state-lost on fenced and idempotent routes until \`fencegate store accept-loss\`. A failover that lost nothing costs ${SETTLE_MS / 1000} s of 503 on these slots (failover_settling). With store.replicas 1 nothing acknowledged is lost.`,
+    consequence: `Replication is asynchronous and the gateway does not wait for it (store.replicas 0): a failover of this shard loses the writes its master acknowledged that the promoted replica had not received (${behind} bytes at this reading). fencegate detects that as state loss (the replication offsets, the slots' write sequences): every gateway answers 503 store-state-lost on fenced and idempotent routes until \`fencegate store accept-loss\`. A failover that lost nothing costs ${holdMs / 1000} s of 503 on these slots (failover_settling). With store.replicas 1 nothing acknowledged is lost.`,
   }
 }

@@ -23,6 +23,9 @@ import type { Store } from '../contract/store.js'
 import type { StoreWentBack } from './sequence.js'
 import { describeNote, noteOf, type LossNote } from './note.js'
 
+/** How often a gateway polls the store's state by default, ms (a Redis Cluster's settle hold counts on it). */
+export const STATE_POLL_MS = 1000
+
 export class StateWatch {
   /** true while a loss is detected and not yet accepted (fail-closed) */
   lost = false
@@ -83,7 +86,7 @@ export class StateWatch {
    * Reads the epoch the gateway starts with, and polls every `intervalMs` after that. A store
    * that does not answer yet (down at start-up) is not an error: its first answer sets the epoch.
    */
-  async start(intervalMs = 1000): Promise<void> {
+  async start(intervalMs = STATE_POLL_MS): Promise<void> {
     this.metrics.storeStateLost.set({ store: this.store.kind }, 0)
     this.#timer = setInterval(() => { this.check().catch(() => { /* store down: counted by the guard */ }) }, intervalMs)
     this.#timer.unref()
