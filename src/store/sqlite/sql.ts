@@ -45,6 +45,23 @@ CREATE INDEX IF NOT EXISTS fg_registrations_v1_deadline ON fg_registrations_v1 (
 `
 
 /**
+ * The lease service (contract §3a): one row per resource, beside its mark in fg_fences_v1; a
+ * released lease keeps its row (and token) with `released` 1. A file made by an older version gets
+ * the table when opened; older gateways never read it.
+ */
+export const LEASES_SCHEMA = `
+CREATE TABLE IF NOT EXISTS fg_leases_v1 (
+  resource TEXT PRIMARY KEY, token INTEGER NOT NULL, holder TEXT NOT NULL, expires_at INTEGER NOT NULL,
+  ttl_ms INTEGER NOT NULL, released INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+`
+
+export const LEASES = {
+  get: 'SELECT token, holder, expires_at, ttl_ms, released FROM fg_leases_v1 WHERE resource = ?',
+  put: 'INSERT OR REPLACE INTO fg_leases_v1 (resource, token, holder, expires_at, ttl_ms, released) VALUES (?, ?, ?, ?, ?, ?)',
+} as const
+
+/**
  * Columns added to a table after it was first released, in the order they are added: a file
  * made before them gets them when opened (the attempt log's request ids, operators' reasons,
  * effect durations and stale writers' lateness; the time a mark was first accepted; the unknown
