@@ -26,7 +26,7 @@ export type { Lease, LeaseChange, LeaseGrant } from './contract/leases.js'
 export { keyHashOf as recordKeyHash } from './contract/key-hash.js'
 
 // the attempt log
-export { emptyCounts, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './attempt-log/types.js'
+export { emptyCounts, LEASE_ROUTE, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './attempt-log/types.js'
 
 // opening: the engine the config names, a gateway's guarded store, the schema
 export { openStore } from './runtime/open-engine.js'

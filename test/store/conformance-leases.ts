@@ -50,7 +50,7 @@ export function describeLeases(open: () => Promise<Store>, openSecond?: () => Pr
       const s = await open()
       await s.acquireLease(R, 'a', TTL, T0)
       const g = await s.acquireLease(R, 'a', TTL, T0 + 5)
-      expect(g).toEqual({ granted: true, lease: { resource: R, token: 2n, holder: 'a', expiresAt: T0 + 5 + TTL, ttlMs: TTL }, previous: { token: 1n, holder: 'a', expired: false } })
+      expect(g).toEqual({ granted: true, lease: { resource: R, token: 2n, holder: 'a', expiresAt: T0 + 5 + TTL, ttlMs: TTL }, previous: { token: 1n, holder: 'a', expiresAt: T0 + TTL, expired: false } })
       expect(await s.renewLease(R, 1n, T0 + 6)).toEqual({ done: false, highest: 2n })
     })
 
@@ -59,7 +59,7 @@ export function describeLeases(open: () => Promise<Store>, openSecond?: () => Pr
       await s.acquireLease(R, 'a', 1_000, T0)
       expect((await s.acquireLease(R, 'b', TTL, T0 + 999)).granted).toBe(false)
       const g = await s.acquireLease(R, 'b', TTL, T0 + 1_000)
-      expect(g).toEqual({ granted: true, lease: { resource: R, token: 2n, holder: 'b', expiresAt: T0 + 1_000 + TTL, ttlMs: TTL }, previous: { token: 1n, holder: 'a', expired: true } })
+      expect(g).toEqual({ granted: true, lease: { resource: R, token: 2n, holder: 'b', expiresAt: T0 + 1_000 + TTL, ttlMs: TTL }, previous: { token: 1n, holder: 'a', expiresAt: T0 + 1_000, expired: true } })
       expect(await s.renewLease(R, 1n, T0 + 1_001)).toEqual({ done: false, highest: 2n })
       expect(await s.releaseLease(R, 1n, T0 + 1_002)).toEqual({ done: false, highest: 2n })
       // the takeover raised the mark: the old holder is refused before the new one writes at all

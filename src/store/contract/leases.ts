@@ -34,12 +34,12 @@ export interface Lease {
 }
 
 /**
- * What `acquireLease` did: granted (with the lease it ended, when one was there: `expired` when it
- * had passed its end, else released or the same holder's own), or held by another holder's live
+ * What `acquireLease` did: granted (with the lease it ended, when one was there, and that lease's
+ * end on this process's clock: `expired` when it had passed it, else it was the same holder's own), or held by another holder's live
  * lease (nothing written).
  */
 export type LeaseGrant =
-  | { granted: true; lease: Lease; previous?: { token: bigint; holder: string; expired: boolean } }
+  | { granted: true; lease: Lease; previous?: { token: bigint; holder: string; expiresAt: number; expired: boolean } }
   | { granted: false; held: Lease }
 
 /**

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_leases_v1 (
 -- a grant: refused while another holder's lease is live; else token = max(lease, mark) + 1, the mark raised to it
 CREATE OR REPLACE FUNCTION ${s}.fg_lease_acquire_v1(p_resource text, p_holder text, p_ttl bigint, p_now bigint,
   OUT o_granted boolean, OUT o_token text, OUT o_holder text, OUT o_expires bigint, OUT o_ttl bigint,
-  OUT o_prev_token text, OUT o_prev_holder text, OUT o_prev_expired boolean)
+  OUT o_prev_token text, OUT o_prev_holder text, OUT o_prev_expired boolean, OUT o_prev_expires bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
   v_token bigint; v_holder text; v_exp bigint; v_ttl bigint; v_rel boolean; v_top bigint; v_new bigint;
@@ -47,7 +47,7 @@ BEGIN
   UPDATE ${s}.fg_leases_v1 l SET token = v_new, holder = p_holder, expires_at = p_now + p_ttl, ttl_ms = p_ttl, released = false
     WHERE l.resource = p_resource;
   o_granted := true; o_token := v_new::text; o_holder := p_holder; o_expires := p_now + p_ttl; o_ttl := p_ttl;
-  IF NOT v_rel THEN o_prev_token := v_token::text; o_prev_holder := v_holder; o_prev_expired := v_exp <= p_now; END IF;
+  IF NOT v_rel THEN o_prev_token := v_token::text; o_prev_holder := v_holder; o_prev_expired := v_exp <= p_now; o_prev_expires := v_exp; END IF;
 END
 $fn$;
 -- a renewal (p_release false) or release by token: only the resource's lease under p_token with no newer mark
@@ -95,11 +95,11 @@ const leaseOf = (clock: StoreClock, resource: string, r: Answer): Lease =>
 
 /** `Store.acquireLease`, one sequenced statement. @param now the caller's with `clock: 'caller'`, else null */
 export async function acquireLease(write: SequencedQuery, q: LeaseQueries, clock: StoreClock, resource: string, holder: string, ttlMs: number, now: number | null): Promise<LeaseGrant> {
-  const { rows } = await write<Answer & { o_granted: boolean; o_prev_token: string | null; o_prev_holder: string | null; o_prev_expired: boolean | null }>(q.acquire, [resource, holder, Math.round(ttlMs), now])
+  const { rows } = await write<Answer & { o_granted: boolean; o_prev_token: string | null; o_prev_holder: string | null; o_prev_expired: boolean | null; o_prev_expires: string | null }>(q.acquire, [resource, holder, Math.round(ttlMs), now])
   const r = rows[0]
   if (!r.o_granted) return { granted: false, held: leaseOf(clock, resource, r) }
   const out: LeaseGrant = { granted: true, lease: leaseOf(clock, resource, r) }
-  if (r.o_prev_token !== null) out.previous = { token: BigInt(r.o_prev_token), holder: r.o_prev_holder ?? '', expired: r.o_prev_expired === true }
+  if (r.o_prev_token !== null) out.previous = { token: BigInt(r.o_prev_token), holder: r.o_prev_holder ?? '', expiresAt: clock.toLocal(Number(r.o_prev_expires)), expired: r.o_prev_expired === true }
   return out
 }
 

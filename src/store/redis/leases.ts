@@ -20,7 +20,7 @@ export async function acquireLease(a: Admission, resource: string, holder: strin
     (x) => x[0].toString() === 'granted')).map(String)
   if (r[0] === 'held') return { granted: false, held: leaseOf(a, resource, r, 1) }
   const out: LeaseGrant = { granted: true, lease: leaseOf(a, resource, r, 1) }
-  if (r[5] !== '') out.previous = { token: BigInt(r[5]), holder: r[6], expired: r[7] === '1' }
+  if (r[5] !== '') out.previous = { token: BigInt(r[5]), holder: r[6], expiresAt: a.clock.toLocal(Number(r[8])), expired: r[7] === '1' }
   return out
 }
 

@@ -36,7 +36,7 @@ end
 
 // KEYS[1] = mark, KEYS[2] = its since key, KEYS[3] = the lease; ARGV = holder, ttl ms, now ('' : TIME).
 // Answers {'held', tok, holder, exp, ttl} or {'granted', tok, holder, exp, ttl, previous tok or '',
-// previous holder or '', '1' when the previous lease had passed its end}.
+// previous holder or '', '1' when the previous lease had passed its end, its end or ''}.
 export const LEASE_ACQUIRE = `
 ${DECIMAL_LT}${NOW}${INCR}${READ}local now = clock(ARGV[3])
 local holder, ttl = ARGV[1], ARGV[2]
@@ -48,8 +48,8 @@ local exp = ms(now + tonumber(ttl))
 redis.call('SET', KEYS[1], tok)
 redis.call('SET', KEYS[2], tok .. ' ' .. ms(now))
 redis.call('HSET', KEYS[3], 'tok', tok, 'holder', holder, 'exp', exp, 'ttl', ttl, 'rel', '0')
-if open then return {'granted', tok, holder, exp, ttl, l[1], l[2], tonumber(l[3]) <= now and '1' or ''} end
-return {'granted', tok, holder, exp, ttl, '', '', ''}
+if open then return {'granted', tok, holder, exp, ttl, l[1], l[2], tonumber(l[3]) <= now and '1' or '', l[3]} end
+return {'granted', tok, holder, exp, ttl, '', '', '', ''}
 `
 
 // KEYS[1] = mark, KEYS[2] = the lease; ARGV = token (canonical decimal), now ('' : TIME), and

@@ -32,7 +32,7 @@ export function decideAcquire(resource: string, row: LeaseRow | undefined, highe
   if (row && row.token > top) top = row.token
   const write: LeaseRow = { token: top + 1n, holder, expiresAt: now + ttlMs, ttlMs, released: false }
   const result: LeaseGrant = { granted: true, lease: leaseOf(resource, write) }
-  if (row && !row.released) result.previous = { token: row.token, holder: row.holder, expired: row.expiresAt <= now }
+  if (row && !row.released) result.previous = { token: row.token, holder: row.holder, expiresAt: row.expiresAt, expired: row.expiresAt <= now }
   return { result, write }
 }
 

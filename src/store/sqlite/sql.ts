@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS fg_audit_v1 (
   resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
   abandoned INTEGER NOT NULL DEFAULT 0, duplicate INTEGER NOT NULL DEFAULT 0, overtaken INTEGER NOT NULL DEFAULT 0,
   status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT, request_id TEXT,
-  reason TEXT, actor TEXT, upstream_ms REAL, late_ms REAL, highest_token TEXT
+  reason TEXT, actor TEXT, upstream_ms REAL, late_ms REAL, highest_token TEXT, lease_until INTEGER
 );
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON fg_audit_v1 (route, key_hash, time);
@@ -83,6 +83,7 @@ export const ADDED_COLUMNS: readonly (readonly [table: string, column: string, t
   ['fg_records_v1', 'after_probe', 'TEXT'],
   ['fg_records_v1', 'after_probes', 'INTEGER'],
   ['fg_records_v1', 'after_next', 'INTEGER'],
+  ['fg_audit_v1', 'lease_until', 'INTEGER'],
 ]
 
 /** The pragma listing a table's columns (`name` per row). */
