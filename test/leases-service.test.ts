@@ -3,7 +3,8 @@
 // holder's write at the fence, the lease decisions on the resource's timeline and in
 // fencegate_leases_total.
 import { describe, expect, test } from 'vitest'
-import { withGateway } from './helpers/gateway.js'
+import { freePort, startTestGateway, withGateway } from './helpers/gateway.js'
+import { startUpstream } from './helpers/upstream.js'
 import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
 import { until } from './helpers/wait.js'
 
@@ -190,5 +191,46 @@ describe('what the lease service records', () => {
   test('fencegate_leases_total counts each result', async () => {
     const text = await metrics(gw.adminUrl)
     for (const result of ['granted', 'held', 'renewed', 'released', 'stale', 'expired']) expect(metric(text, 'fencegate_leases_total', { result }), result).toBeGreaterThan(0)
+  })
+})
+
+describe('fail closed', () => {
+  test('a store that cannot answer: 503 store-unavailable with Retry-After on every lease call, no token issued', async () => {
+    const gw = await startTestGateway({
+      store: { kind: 'redis', url: `redis://127.0.0.1:${await freePort()}`, keyPrefix: 'fg-lease-down', timeout: '300ms' },
+      leases: { resources: ['account:*'], defaultTtl: '10s' },
+      routes: [{ name: 'plain', path: '/plain/*', upstream: 'http://127.0.0.1:9' }],
+    })
+    try {
+      const at = `${gw.url}/_fencegate/leases/account%3Aa`
+      for (const r of [await post(at, { holder: 'w' }), await send(at, { method: 'PUT', headers: { 'fencing-token': '1' } }), await send(at, { method: 'DELETE', headers: { 'fencing-token': '1' } }), await send(at)]) {
+        expectProblem(r, { status: 503, type: 'store-unavailable', headers: { 'retry-after': /^\d+$/ } })
+      }
+      expect(metric(await metrics(gw.adminUrl), 'fencegate_leases_total', { result: 'granted' })).toBe(0)
+    } finally {
+      await gw.close()
+    }
+  })
+})
+
+describe('defaultTtl: advice', () => {
+  test('sized from the effect durations of the routes fencing the resource, at most maxTtl; a resource no route fences gets the unsized lease, at most maxTtl', async () => {
+    const up = await startUpstream()
+    const gw = await startTestGateway({
+      leases: { resources: ['account:*', 'job:*'], defaultTtl: 'advice', maxTtl: '20s' },
+      routes: [{ name: 'accounts', path: '/accounts/:account/*', upstream: { url: up.url, timeout: '5s' }, fencing: { resource: 'account:{param.account}' } }],
+    })
+    try {
+      // two fenced writes of about 2 s: E = 2 s, margin 2 s, L = 1.5 × (E + M) = 6 s (`fencegate leases`)
+      for (const t of ['1', '2']) expect((await post(`${gw.url}/accounts/a/slow?ms=2000`, {}, { 'fencing-token': t })).status).toBe(200)
+      await gw.audit.flush()
+      const advised = (await post(`${gw.url}/_fencegate/leases/account%3Ab`, { holder: 'w' })).json()
+      expect(advised.ttlMs).toBeGreaterThanOrEqual(6_000)
+      expect(advised.ttlMs).toBeLessThanOrEqual(7_000)
+      expect((await post(`${gw.url}/_fencegate/leases/job%3A1`, { holder: 'w' })).json().ttlMs).toBe(20_000)
+    } finally {
+      await gw.close()
+      await up.close()
+    }
   })
 })
