@@ -187,6 +187,8 @@ describe('what the lease service records', () => {
     expect(lease[0]).toMatchObject({ route: '(leases)', method: 'POST', resource: `account:${r}`, token: '1', by: 'a', status: 201, leaseUntil: expect.any(Number) })
     expect(lease.find((e) => e.result === 'expired')).toMatchObject({ token: '1', by: 'a' })
     expect(lease.find((e) => e.result === 'stale')).toMatchObject({ token: '1', highestToken: '2', status: 412 })
+    // lease decisions are the resource's story, not operator actions
+    expect((await send(`${gw.adminUrl}/audit?since=1h`)).json().operatorActions).toBeUndefined()
   })
 
   test('fencegate_leases_total counts each result', async () => {

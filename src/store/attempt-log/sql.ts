@@ -56,7 +56,7 @@ export function timelineSql(table: string, p: (n: number) => string, f: Timeline
   const or: string[] = []
   for (const h of f.keyHashes ?? []) { values.push(h); or.push(`key_hash = ${p(values.length)}`) }
   if (f.resource !== undefined) { values.push(f.resource); or.push(`resource = ${p(values.length)}`) }
-  if (f.operator) or.push("kind <> 'attempt'")
+  if (f.operator) or.push("kind NOT IN ('attempt', 'lease')")
   if (f.all) or.push('TRUE')
   let where = `time >= ${p(1)} AND (${or.length ? or.join(' OR ') : 'FALSE'})`
   if (f.until !== undefined) { values.push(f.until); where += ` AND time < ${p(values.length)}` }

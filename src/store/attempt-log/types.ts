@@ -129,7 +129,7 @@ export function fencedIn(e: AuditEntry, since: number, until: number, route: str
 
 /**
  * Which entries a timeline holds: those with one of `keyHashes`, or with `resource`, or (with
- * `operator`) every operator action (kinds other than `attempt`), or (with `all`) every entry;
+ * `operator`) every operator action (kinds other than `attempt` and `lease`), or (with `all`) every entry;
  * only `route`'s when given, and only those before `until` (epoch ms) when given: the next older
  * page of a timeline.
  */
@@ -147,7 +147,7 @@ export function inTimeline(e: AuditEntry, f: TimelineFilter): boolean {
   if (f.route !== undefined && e.route !== f.route) return false
   if (f.until !== undefined && e.time >= f.until) return false
   if (f.all) return true
-  if (f.operator && e.kind !== 'attempt') return true
+  if (f.operator && e.kind !== 'attempt' && e.kind !== 'lease') return true
   if (f.keyHashes && e.keyHash !== undefined && f.keyHashes.includes(e.keyHash)) return true
   return f.resource !== undefined && e.resource === f.resource
 }
