@@ -94,6 +94,7 @@ describe('check-config', () => {
     ['a maxTtl below 1 s', GOOD + 'leases:\n  resources: ["account:*"]\n  maxTtl: 500ms\n', 'leases.maxTtl: must be at least 1s'],
     ['a maxTtl that is no duration', GOOD + 'leases:\n  resources: ["account:*"]\n  maxTtl: 300\n', 'leases.maxTtl: 300 is not a duration'],
     ['a lease path ending in /', GOOD + 'leases:\n  resources: ["account:*"]\n  path: /leases/\n', 'leases.path: must be a path'],
+    ['a route under the lease path', GOOD + 'leases:\n  resources: ["account:*"]\n  path: /accounts\n', 'routes[0].match.path: route payments never matches: every request to /accounts/:account/* is a call of the lease service'],
     // issue 15 §4: in the config's own terms, with "did you mean"
     ['a misspelt top-level key', GOOD.replace('store:', 'stroe:'), 'stroe: unknown key (did you mean "store"?)'],
     ['a misspelt nested key', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      tokenHeadr: X-Token'), 'routes[0].fencing.tokenHeadr: unknown key (did you mean "tokenHeader"?)'],
