@@ -30,7 +30,7 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { acquireLease, changeLease, leaseQueries, readLease } from './lease-functions.js'
+import { changeOf, grantOf, leaseBatches, leaseQueries, readLease, type LeaseCall } from './lease-functions.js'
 import { StoreError, type Lease, type LeaseChange, type LeaseGrant, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
@@ -221,9 +221,11 @@ export class PostgresStore implements Store {
   }
 
   readonly #lq: ReturnType<typeof leaseQueries>
-  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#run('lease_acquire', () => acquireLease(this.#write, this.#lq, this.clock, resource, holder, ttlMs, this.#now(now))) }
-  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_renew', () => changeLease(this.#write, this.#lq, this.clock, resource, token, false, this.#now(now))) }
-  releaseLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_release', () => changeLease(this.#write, this.#lq, this.clock, resource, token, true, this.#now(now))) }
+  #leases?: (call: LeaseCall) => ReturnType<ReturnType<typeof leaseBatches>>
+  #lease(call: LeaseCall) { return (this.#leases ??= leaseBatches(this.#pool, this.#lq, this.#write))(call) }
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#run('lease_acquire', async () => grantOf(this.clock, resource, await this.#lease({ op: 'acquire', resource, holder, ttlMs, now: this.#now(now) }))) }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_renew', async () => changeOf(this.clock, resource, await this.#lease({ op: 'renew', resource, token, now: this.#now(now) }))) }
+  releaseLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_release', async () => changeOf(this.clock, resource, await this.#lease({ op: 'release', resource, token, now: this.#now(now) }))) }
   readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#run('lease_read', () => readLease(this.#pool, this.#lq, this.clock, resource, this.#now(now))) }
 
   takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> { return this.#run('take_probe', () => takeProbe(this.#write, this.#q, key, p, this.#now(now))) }

@@ -8,11 +8,15 @@
  * The grant raises the mark in the same transaction, by the upsert a fence makes; a fence of
  * another transaction that raised it meanwhile makes the grant read the mark again and go above.
  * Instants come from the server's clock after the lock (fg_now_ms_v1), unless a test passes `now`.
+ * The calls of one event-loop turn go as one batch (fg_lease_many_v1), as the fences do.
  */
 import type pg from 'pg'
 import type { Lease, LeaseChange, LeaseGrant } from '../contract/leases.js'
 import type { StoreClock } from '../shared/clock.js'
 import type { SequencedQuery } from './sequence.js'
+import { batcher } from './batcher.js'
+import { arrayLiteral } from './arrays.js'
+import { refusedAndRolledBack } from './errors.js'
 
 /** The lease table and its functions, for the (validated, quoted) schema `s`; appended to the migration (./sql.ts). */
 export const leasesV1 = (s: string): string => `-- the lease service (contract §3a): one row per resource; a released lease keeps its token
@@ -78,10 +82,40 @@ END
 $fn$;
 `
 
+/**
+ * The group commit's lease batch (./batcher.ts): each call as its single-call function, in
+ * resource order, then arrival order — as the fence and admit batches take the marks, so two
+ * batches never wait on each other in a cycle. `p_ops` holds acquire, renew or release.
+ */
+export const leaseManyV1 = (s: string): string => `-- the lease calls of one event-loop turn in one statement and one transaction
+CREATE OR REPLACE FUNCTION ${s}.fg_lease_many_v1(p_ops text[], p_resources text[], p_holders text[], p_ttls bigint[], p_tokens bigint[], p_now bigint[])
+RETURNS TABLE (o_i integer, o_ok boolean, o_token text, o_holder text, o_expires bigint, o_ttl bigint,
+  o_prev_token text, o_prev_holder text, o_prev_expired boolean, o_prev_expires bigint, o_highest text)
+LANGUAGE plpgsql AS $fn$
+DECLARE v_i integer;
+BEGIN
+  FOR v_i IN SELECT t.n::integer FROM unnest(p_resources) WITH ORDINALITY AS t(r, n) ORDER BY t.r, t.n LOOP
+    o_i := v_i;
+    IF p_ops[v_i] = 'acquire' THEN
+      SELECT a.o_granted, a.o_token, a.o_holder, a.o_expires, a.o_ttl, a.o_prev_token, a.o_prev_holder, a.o_prev_expired, a.o_prev_expires, NULL
+        INTO o_ok, o_token, o_holder, o_expires, o_ttl, o_prev_token, o_prev_holder, o_prev_expired, o_prev_expires, o_highest
+        FROM ${s}.fg_lease_acquire_v1(p_resources[v_i], p_holders[v_i], p_ttls[v_i], p_now[v_i]) a;
+    ELSE
+      SELECT c.o_done, c.o_token, c.o_holder, c.o_expires, c.o_ttl, NULL, NULL, NULL, NULL, c.o_highest
+        INTO o_ok, o_token, o_holder, o_expires, o_ttl, o_prev_token, o_prev_holder, o_prev_expired, o_prev_expires, o_highest
+        FROM ${s}.fg_lease_change_v1(p_resources[v_i], p_tokens[v_i], p_ops[v_i] = 'release', p_now[v_i]) c;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$fn$;
+`
+
 /** The statements, for the schema `s`; every now is $n::bigint, NULL for the server's clock. */
 export const leaseQueries = (s: string) => ({
   acquire: { name: 'fg_lease_acquire_v1', text: `SELECT * FROM ${s}.fg_lease_acquire_v1($1, $2, $3::bigint, $4::bigint)` },
   change: { name: 'fg_lease_change_v1', text: `SELECT * FROM ${s}.fg_lease_change_v1($1, $2::bigint, $3::boolean, $4::bigint)` },
+  many: { name: 'fg_lease_many_v1', text: `SELECT * FROM ${s}.fg_lease_many_v1($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])` },
   read: { name: 'fg_lease_read_v1', text: `SELECT token::text AS token, holder, expires_at, ttl_ms FROM ${s}.fg_leases_v1
           WHERE resource = $1 AND NOT released AND expires_at > coalesce($2::bigint, ${s}.fg_now_ms_v1())` },
 })
@@ -89,25 +123,40 @@ export const leaseQueries = (s: string) => ({
 type LeaseQueries = ReturnType<typeof leaseQueries>
 
 interface Answer { o_token: string; o_holder: string; o_expires: string; o_ttl: string }
+interface Row extends Answer { o_i: number; o_ok: boolean; o_prev_token: string | null; o_prev_holder: string | null; o_prev_expired: boolean | null; o_prev_expires: string | null; o_highest: string | null }
+
+/** One lease call of the batch: `token` for a renewal or release, `holder` and `ttlMs` for an acquisition. */
+export interface LeaseCall { op: 'acquire' | 'renew' | 'release'; resource: string; holder?: string; ttlMs?: number; token?: bigint; now: number | null }
 
 const leaseOf = (clock: StoreClock, resource: string, r: Answer): Lease =>
   ({ resource, token: BigInt(r.o_token), holder: r.o_holder, expiresAt: clock.toLocal(Number(r.o_expires)), ttlMs: Number(r.o_ttl) })
 
-/** `Store.acquireLease`, one sequenced statement. @param now the caller's with `clock: 'caller'`, else null */
-export async function acquireLease(write: SequencedQuery, q: LeaseQueries, clock: StoreClock, resource: string, holder: string, ttlMs: number, now: number | null): Promise<LeaseGrant> {
-  const { rows } = await write<Answer & { o_granted: boolean; o_prev_token: string | null; o_prev_holder: string | null; o_prev_expired: boolean | null; o_prev_expires: string | null }>(q.acquire, [resource, holder, Math.round(ttlMs), now])
-  const r = rows[0]
-  if (!r.o_granted) return { granted: false, held: leaseOf(clock, resource, r) }
+/**
+ * The lease calls of one store, batched (./batcher.ts) as the fences are: the calls of one
+ * event-loop turn go as one sequenced `fg_lease_many_v1` statement.
+ */
+export function leaseBatches(pool: pg.Pool, q: LeaseQueries, write: SequencedQuery): (call: LeaseCall) => Promise<Row> {
+  return batcher(async (calls: readonly LeaseCall[]) => {
+    const cols = [calls.map((c) => c.op), calls.map((c) => c.resource), calls.map((c) => c.holder ?? null), calls.map((c) => (c.ttlMs === undefined ? null : Math.round(c.ttlMs))), calls.map((c) => c.token?.toString() ?? null), calls.map((c) => c.now)]
+    const { rows } = await write<Row>(q.many, cols.map(arrayLiteral))
+    if (rows.length !== calls.length) throw new Error(`batch of ${calls.length} answered ${rows.length} rows`)
+    const out = new Array<Row>(calls.length)
+    for (const r of rows) out[r.o_i - 1] = r
+    return out
+  }, { maxInFlight: Math.max(1, Math.floor((pool.options.max ?? 10) / 4)), isolate: refusedAndRolledBack })
+}
+
+/** `Store.acquireLease` from its batch row. */
+export function grantOf(clock: StoreClock, resource: string, r: Row): LeaseGrant {
+  if (!r.o_ok) return { granted: false, held: leaseOf(clock, resource, r) }
   const out: LeaseGrant = { granted: true, lease: leaseOf(clock, resource, r) }
   if (r.o_prev_token !== null) out.previous = { token: BigInt(r.o_prev_token), holder: r.o_prev_holder ?? '', expiresAt: clock.toLocal(Number(r.o_prev_expires)), expired: r.o_prev_expired === true }
   return out
 }
 
-/** `Store.renewLease` and `Store.releaseLease`, one sequenced statement. */
-export async function changeLease(write: SequencedQuery, q: LeaseQueries, clock: StoreClock, resource: string, token: bigint, release: boolean, now: number | null): Promise<LeaseChange> {
-  const { rows } = await write<Answer & { o_done: boolean; o_highest: string | null }>(q.change, [resource, token.toString(), release, now])
-  const r = rows[0]
-  if (r.o_done) return { done: true, lease: leaseOf(clock, resource, r) }
+/** `Store.renewLease` and `Store.releaseLease` from its batch row. */
+export function changeOf(clock: StoreClock, resource: string, r: Row): LeaseChange {
+  if (r.o_ok) return { done: true, lease: leaseOf(clock, resource, r) }
   return r.o_highest === null ? { done: false } : { done: false, highest: BigInt(r.o_highest) }
 }
 
