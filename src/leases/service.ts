@@ -103,6 +103,8 @@ export class LeaseService {
     }
     if (this.watch?.lost) return stateLost()
     const now = Date.now()
+    // each decision is stamped with the instant the store was asked: a 409 held is then before the lease's end it saw
+    const note = (e: Decision) => decided({ at: now, ...e })
     if (reading) {
       const l = await this.store.readLease(resource, now)
       if (!l) return new Problem('lease-not-found', `No live lease on ${resource}: none was granted, or it was released or ended.`, { resource })
@@ -116,12 +118,12 @@ export class LeaseService {
       const ttl = asked.ttl ?? await this.#ttl.defaultFor(resource, now)
       const g = await this.store.acquireLease(resource, asked.holder, ttl, now)
       if (!g.granted) {
-        decided({ result: 'held', resource, lease: { token: g.held.token, holder: g.held.holder, until: g.held.expiresAt } })
+        note({ result: 'held', resource, lease: { token: g.held.token, holder: g.held.holder, until: g.held.expiresAt } })
         return leaseHeld(g.held)
       }
       const l = g.lease
-      if (g.previous?.expired) decided({ result: 'expired', resource, lease: { token: g.previous.token, holder: g.previous.holder, until: g.previous.expiresAt }, at: g.previous.expiresAt })
-      decided({ result: 'granted', resource, lease: { token: l.token, holder: l.holder, until: l.expiresAt } })
+      if (g.previous?.expired) note({ result: 'expired', resource, lease: { token: g.previous.token, holder: g.previous.holder, until: g.previous.expiresAt }, at: Math.min(g.previous.expiresAt, now) })
+      note({ result: 'granted', resource, lease: { token: l.token, holder: l.holder, until: l.expiresAt } })
       return { status: 201, body: leaseBody(l), headers: { 'fencing-token': l.token.toString() } }
     }
     const token = tokenOf(incoming.headers['fencing-token'])
@@ -129,10 +131,10 @@ export class LeaseService {
     const renewing = method === 'PUT'
     const c = renewing ? await this.store.renewLease(resource, token, now) : await this.store.releaseLease(resource, token, now)
     if (!c.done) {
-      decided({ result: 'stale', resource, lease: { token }, highest: c.highest })
+      note({ result: 'stale', resource, lease: { token }, highest: c.highest })
       return staleLease(resource, token, c.highest)
     }
-    decided({ result: renewing ? 'renewed' : 'released', resource, lease: { token, holder: c.lease.holder, until: renewing ? c.lease.expiresAt : now } })
+    note({ result: renewing ? 'renewed' : 'released', resource, lease: { token, holder: c.lease.holder, until: renewing ? c.lease.expiresAt : now } })
     return renewing ? { status: 200, body: leaseBody(c.lease) } : { status: 204 }
   }
 
