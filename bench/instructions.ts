@@ -15,6 +15,8 @@
  * BENCH_ROUTE picks the route's checks: `both` (default), `fencing`, `idempotency`, or `plain` (neither:
  * the request body is streamed, nothing stored); the requests carry only the headers it checks.
  * BENCH_SERIALIZE sets the fenced route's `fencing.serialize` (`true` or `store`; default off).
+ * BENCH_STORE=sqlite runs a gateway given by path with the SQLite store.
+ * BENCH_SETTLE=1 gives the idempotent route an `idempotency.settle` block (bench/gateways.ts).
  *
  * Needs valgrind (Debian: `apt-get install valgrind`).
  */
@@ -35,7 +37,7 @@ const CHECKS: Record<string, { fencing: boolean; idempotency: boolean }> = {
   plain: { fencing: false, idempotency: false },
 }
 const known = Object.hasOwn(CHECKS, ROUTE)
-const checks = known ? CHECKS[ROUTE] : CHECKS.both
+const checks = { ...(known ? CHECKS[ROUTE] : CHECKS.both), settle: process.env.BENCH_SETTLE === '1' }
 
 /** Sends `amount` requests on one connection, one after the other; throws on any non-2xx answer. */
 async function serial(url: string, amount: number): Promise<void> {
@@ -58,7 +60,7 @@ await runMain('instructions', async () => {
     ready = async (child) => { await waitLine(child, /^(listening)/, 180_000) }
   } else {
     const cli = target === 'memory' || target === 'sqlite' ? join(HERE, '../src/cli.js') : resolve(target, 'src/cli.js')
-    const store = target === 'sqlite' ? `  kind: sqlite\n  path: ${join(tmp(), 'store.db')}` : '  kind: memory'
+    const store = target === 'sqlite' || process.env.BENCH_STORE === 'sqlite' ? `  kind: sqlite\n  path: ${join(tmp(), 'store.db')}` : '  kind: memory'
     const adminPort = await freePort()
     let route = benchRoute('bench', 'accounts', upstream.url, checks)
     if (process.env.BENCH_SERIALIZE) route = route.replace('      resource: "account:{param.account}"\n', `$&      serialize: ${process.env.BENCH_SERIALIZE}\n`)
@@ -87,5 +89,5 @@ await runMain('instructions', async () => {
   const total = Number(/^(?:summary|totals): (\d+)/m.exec(text)?.[1])
   if (!Number.isFinite(total)) throw new BenchError(`no instruction total in ${dumps[0]}`)
   const serialize = process.env.BENCH_SERIALIZE ? `, serialize: ${process.env.BENCH_SERIALIZE}` : ''
-  process.stdout.write(`${target} (${ROUTE}${serialize}): ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
+  process.stdout.write(`${target} (${ROUTE}${serialize}${checks.settle ? ', settle' : ''}): ${Math.round(total / requests)} instructions per request (${requests} requests, one at a time)\n`)
 })

@@ -100,8 +100,13 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
   const app = new Hono()
   app.use('*', securityHeaders)
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
-  const lostReply = () => Response.json({ status: 'store state lost', store: store.kind, seen: watch && lossSeen(watch), note: watch?.note,
-    detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' }, { status: 503 })
+  // contract §5a: with `serving`, a store that cannot answer is said in the body, not the status
+  const serving = config?.admin.readiness === 'serving'
+  const storeDown = (body: Record<string, unknown>) => serving
+    ? Response.json({ ...body, status: 'ready', readiness: 'serving', storeState: body.status, served: 'plain routes are served; fenced and idempotent routes answer 503 until the store answers' })
+    : Response.json({ ...body, storeState: body.status }, { status: 503 })
+  const lostReply = () => storeDown({ status: 'store state lost', store: store.kind, seen: watch && lossSeen(watch), note: watch?.note,
+    detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' })
   app.get('/readyz', async (c) => {
     if (!accepting()) return c.json({ status: 'shutting down' }, 503)
     try {
@@ -109,15 +114,18 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       metrics.storeUp.set({ store: store.kind }, 1)
       await watch?.check()
       if (watch?.lost) return lostReply()
+      // still ready: the other shards serve; this one's writes get 503 (store.replicas)
+      const short = store.replicaShortfalls?.() ?? []
+      if (short.length) return c.json({ status: 'ready', store: store.kind, replicas: short })
       const refused = store.writeRefused?.()
       // still ready: replays and stale-token refusals are answered; new keys get 503
-      if (refused) return c.json({ status: 'ready', store: store.kind, disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })
-      return c.json({ status: 'ready', store: store.kind })
+      if (refused) return c.json({ status: 'ready', store: store.kind, storeState: 'ready', disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })
+      return c.json({ status: 'ready', store: store.kind, storeState: 'ready' })
     } catch (e) {
       // a check that met a store gone back in time (src/store/state-loss/sequence.ts) marked the loss
       if (watch?.lost) return lostReply()
       metrics.storeUp.set({ store: store.kind }, 0)
-      return c.json({ status: 'store unavailable', store: store.kind, detail: (e as Error).message }, 503)
+      return storeDown({ status: 'store unavailable', store: store.kind, detail: (e as Error).message })
     }
   })
   // write actions: their own token, checked before (and instead of) the read token

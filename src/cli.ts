@@ -22,6 +22,7 @@ import { COMMANDS, commandHelp, overview, storeOverview } from './cli/commands.j
 import { commandOf, configFile, flagsOf, readConfig } from './cli/args.js'
 import { done, Exit, finish, usageError } from './cli/exit.js'
 import { checkConfig } from './cli/check-config.js'
+import { configWarnings, formatWarning } from './config/warnings.js'
 import { start } from './cli/start.js'
 
 async function main(argv: string[]): Promise<void> {
@@ -50,6 +51,8 @@ async function main(argv: string[]): Promise<void> {
     case 'unknown': return done(await unknownCommand(config, values))
     case 'leases': return done(await leasesCommand(config, values))
     case 'doctor': {
+      // the config's own warnings first: they name what the store's settings cannot show
+      for (const w of configWarnings(config)) process.stderr.write(`${formatWarning(file, w)}\n`)
       const r = await doctorCommand(config, values)
       if (r.stdout) process.stdout.write(r.stdout)
       if (r.code === 0) return

@@ -30,3 +30,11 @@ export type FencingReason = typeof FENCING_REASONS[number]
 /** Which limit a full store reached (the `limit` label of `fencegate_store_full_total`). */
 export const STORE_LIMITS = ['max_records', 'max_resources', 'max_attempts', 'disk'] as const
 export type StoreLimit = typeof STORE_LIMITS[number]
+
+/**
+ * Why a Redis write was refused (503, fencegate_store_writes_refused_total): `replica_shortfall`,
+ * fewer replicas than store.replicas acknowledged it; `failover_settling`, its slot's master just
+ * took over from a replica and is not trusted yet (src/store/redis/cluster-history.ts).
+ */
+export const WRITE_REFUSAL_REASONS = ['replica_shortfall', 'failover_settling'] as const
+export type WriteRefusalReason = typeof WRITE_REFUSAL_REASONS[number]

@@ -157,8 +157,8 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
   const watch = new StateWatch(store, config.store.onStateLoss, metrics, log)
   await watch.start() // a store that does not answer yet: its first answer sets the epoch
   let accepting = true
-  let stopUnknown = watchUnknown(config, store, metrics, log)
   const audit = new AuditQueue(store.audit, { capacity: config.audit.queueSize, stdout: config.audit.stdout ? process.stdout : undefined, dropped: metrics.auditDropped, log })
+  let stopUnknown = watchUnknown(config, store, metrics, log, audit)
 
   const generation = (c: Config, upstreamTls?: (UpstreamTls | undefined)[]): Generation => {
     const { handle, pools, settler } = createGateway(c, store, metrics, log, audit, watch, upstreamTls)
@@ -221,7 +221,7 @@ export async function startGateway(config: Config, log: Logger = createLogger(),
     else lingering.add(previous)
     adminFetch = adminApp(c).fetch
     stopUnknown()
-    stopUnknown = watchUnknown(c, store, metrics, log)
+    stopUnknown = watchUnknown(c, store, metrics, log, audit)
     log.setLevel?.(c.log.level)
     metrics.configReloads.inc({ result: 'applied' })
     log.info('config reloaded', { file: options.configFile, routes: c.routes.length, inFlight: previous.active })

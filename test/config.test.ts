@@ -106,6 +106,8 @@ describe('check-config', () => {
     ['listen equal to admin.listen', GOOD.replace('listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0', 'listen: 127.0.0.1:8080\nadmin:\n  listen: 127.0.0.1:8080'), 'admin.listen: 127.0.0.1:8080 is taken by listen (127.0.0.1:8080)'],
     ['idempotency methods the route never admits', GOOD.replace('ttl: 24h', 'ttl: 24h\n      methods: [PUT]'), 'routes[0].idempotency.methods: none of PUT is in match.methods (POST), so this route never uses an idempotency key'],
     ['a 2xx in releaseStatuses', GOOD.replace('ttl: 24h', 'ttl: 24h\n      releaseStatuses: [201]'), 'routes[0].idempotency.releaseStatuses[0]: must be a 4xx or 5xx status'],
+    ['sqlite synchronous normal without accepting its risk', GOOD.replace('kind: memory', 'kind: sqlite\n  synchronous: normal'), 'store.synchronous: normal can lose the last commits on a power loss or kernel crash'],
+    ['synchronous accepted on a store that is not sqlite', GOOD.replace('kind: memory', 'kind: memory\n  acceptRisks: [synchronous]'), 'store.acceptRisks[0]: synchronous is a SQLite setting: only with store.kind sqlite, not memory'],
     ['a tab in the indentation', GOOD.replace('    fencing:', '\tfencing:'), 'not valid YAML: Tabs are not allowed as indentation (indent with spaces)'],
   ])('%s: exit 2 naming the YAML path', async (_what, yaml, expected) => {
     const r = await check(yaml)

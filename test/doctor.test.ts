@@ -205,7 +205,9 @@ describe('postgres and sqlite', () => {
     } finally {
       await s.close()
     }
-    const normal = await inspectStore(storeOf({ kind: 'sqlite', path }))
+    // full by default; normal only where store.acceptRisks names it, and still a risk then
+    expect(find(await inspectStore(storeOf({ kind: 'sqlite', path })), 'synchronous')).toMatchObject({ status: 'ok', setting: 'synchronous full (as configured; the store was not opened)' })
+    const normal = await inspectStore(storeOf({ kind: 'sqlite', path, synchronous: 'normal', acceptRisks: ['synchronous'] }))
     expect(find(normal, 'synchronous')).toMatchObject({ status: 'risk', setting: 'synchronous normal (as configured; the store was not opened)' })
     expect(find(normal, 'synchronous').consequence).toMatch(/power loss/)
   })
@@ -226,6 +228,6 @@ describe('postgres and sqlite', () => {
     expect(find(r, 'maxRecords').consequence).toMatch(/a request with a new key is refused with 503/)
     expect(() => storeOf({ kind: 'sqlite', acceptRisks: ['maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: maxmemory-policy is a Redis setting/)
     expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['maxRecords'] })).toThrow(/store\.acceptRisks\[0\]: maxRecords is a memory store limit: only with store\.kind memory, not redis/)
-    expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['persistence' as 'maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: must be one of maxmemory-policy, maxRecords, maxAttempts, not "persistence"/)
+    expect(() => storeOf({ kind: 'redis', url: `redis://127.0.0.1:${port}`, acceptRisks: ['persistence' as 'maxmemory-policy'] })).toThrow(/store\.acceptRisks\[0\]: must be one of maxmemory-policy, maxRecords, maxAttempts, synchronous, not "persistence"/)
   })
 })

@@ -44,7 +44,7 @@ export class ClaimSettle {
    */
   async probeNow(key: RecordKey): Promise<boolean> {
     try {
-      const found = (await this.#store.unknowns(Date.now(), { route: this.#route.name, limit: 100_000 })).find((r) => r.key.key === key.key && r.key.scope === key.scope)
+      const found = await this.#store.unknownRecord(key, Date.now())
       if (found?.probe === undefined) return false
       const r = await this.#prober.probe(key, found.probes ?? 0)
       return r.kind === 'probed'

@@ -15,7 +15,8 @@ import type { Config } from '../config/schema.js'
 import { acceptedLossFinding, describeNote, inspectStore, openStore, runningReport, StoreError, type AuditEntry, type DoctorReport, type Finding, type Store } from '../store/index.js'
 import { Problem } from '../problems.js'
 import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
-import { acceptStoreLoss, cliActor, resolveKey } from './resolve.js'
+import { acceptStoreLoss, cliActor, resolveKey, type Resolved } from './resolve.js'
+import { resolveViaAdmin } from './resolve-via-admin.js'
 import { listUnknown, UNKNOWN_LIMIT } from './unknown.js'
 import { buildTimeline, formatTimeline } from './timeline.js'
 import { buildLeases } from './leases.js'
@@ -79,9 +80,14 @@ export async function resolveCommand(config: Config, args: AuditArgs): Promise<C
   const missing = (['route', 'as'] as const).filter((k) => args[k] === undefined)
   if (args.key === undefined && args['key-hash'] === undefined) missing.push('key or --key-hash' as never)
   if (missing.length) return { code: 2, stderr: [`fencegate resolve needs ${missing.map((m) => `--${m}`).join(', ')}`] }
+  const request = { route: args.route!, key: args.key, keyHash: args['key-hash'], scope: args.scope, as: args.as as 'completed' | 'failed', reason: args.reason, by: cliActor() }
+  const done = (r: Resolved, how: string) => ({ code: 0, stdout: args.json ? `${JSON.stringify(r)}\n` : `route ${r.route}, key hash ${r.keyHash}: outcome was unknown (${r.previousReason}); resolved as ${r.resolution}: ${r.effect}\n${how}\n` })
+  const via = await resolveViaAdmin(config, request)
+  if (via.kind === 'resolved') return done(via.resolved, `(through the gateway at ${via.at}: counted in fencegate_unknown_outcomes_settled_total{by="operator"})`)
+  if (via.kind === 'refused') return { code: via.status === 400 ? 2 : 1, stderr: [`fencegate resolve: ${via.detail}`] }
   try {
-    const r = await withStore(config, (store) => resolveKey(config, store, { route: args.route!, key: args.key, keyHash: args['key-hash'], scope: args.scope, as: args.as as 'completed' | 'failed', reason: args.reason, by: cliActor() }))
-    return { code: 0, stdout: args.json ? `${JSON.stringify(r)}\n` : `route ${r.route}, key hash ${r.keyHash}: outcome was unknown (${r.previousReason}); resolved as ${r.resolution}: ${r.effect}\n` }
+    const r = await withStore(config, (store) => resolveKey(config, store, request))
+    return done(r, `(in the store directly: ${via.why}; no gateway's fencegate_unknown_outcomes_settled_total counts it, its attempt-log entry is written)`)
   } catch (e) {
     if (e instanceof Problem) return { code: e.status === 400 ? 2 : 1, stderr: [`fencegate resolve: ${e.detail}`] }
     if (e instanceof StoreError) return { code: 1, stderr: [`fencegate resolve: the store cannot answer: ${e.message}`] }

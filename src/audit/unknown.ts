@@ -6,6 +6,8 @@
  * refresher (off the request path, at most every 15 s).
  */
 import type { Config } from '../config/schema.js'
+import { ExpiryWatch } from './expiry.js'
+import type { EntrySink } from '../idempotency/settle/prober.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { AuditEntry, Store, UnknownReason, UnknownRecord } from '../store/index.js'
@@ -84,11 +86,17 @@ function since(r: UnknownRecord, e: AuditEntry | undefined, ttlMs: number | unde
 
 /**
  * Keeps `fencegate_unknown_outcomes_unresolved{route}` at the store's count, every `intervalMs`
- * (default 15 s) and once at start; every idempotent route is set, 0 when it has none.
+ * (default 15 s, shorter for a ttl under 45 s) and once at start; every idempotent route is set,
+ * 0 when it has none. Each round also hands the records about to expire to ./expiry.ts.
+ * @param audit where the expiries' attempt-log entries go
  * @returns stop
  */
-export function watchUnknown(config: Config, store: Store, metrics: Metrics, log: Logger, intervalMs = 15_000): () => void {
+export function watchUnknown(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: EntrySink, intervalMs = 15_000): () => void {
   const routes = config.routes.filter((r) => r.idempotency).map((r) => r.name)
+  const ttls = new Map(config.routes.flatMap((r) => r.idempotency ? [[r.name, r.idempotency.ttl] as const] : []))
+  const expiry = new ExpiryWatch(store, ttls, metrics, log, audit)
+  // a round at least every third of the shortest ttl, so that no record expires between two unseen
+  intervalMs = Math.max(1_000, Math.min(intervalMs, ...[...ttls.values()].map((t) => t / 3)))
   let busy = false
   const refresh = async () => {
     if (busy) return
@@ -98,6 +106,8 @@ export function watchUnknown(config: Config, store: Store, metrics: Metrics, log
       const counts = new Map(routes.map((r) => [r, 0]))
       for (const r of records) counts.set(r.key.route, (counts.get(r.key.route) ?? 0) + 1)
       for (const [route, n] of counts) metrics.unknownUnresolved.set({ route }, n)
+      // the ones that expire before the next round: released (and counted) just before they do
+      expiry.consider(records, intervalMs * 1.5)
     } catch (e) {
       log.warn('could not count unresolved unknown outcomes; the gauge keeps its last value', { error: (e as Error).message })
     } finally {
@@ -108,5 +118,5 @@ export function watchUnknown(config: Config, store: Store, metrics: Metrics, log
   void refresh()
   const timer = setInterval(refresh, intervalMs)
   timer.unref()
-  return () => clearInterval(timer)
+  return () => { clearInterval(timer); expiry.stop() }
 }

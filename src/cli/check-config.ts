@@ -6,6 +6,7 @@ import type { Config } from '../config/schema.js'
 import { openStore } from '../store/index.js'
 import type { Values } from './commands.js'
 import { Exit } from './exit.js'
+import { configWarnings, formatWarning } from '../config/warnings.js'
 
 /** `check-config --connect`: opens the store as start-up does, asks it for its markers, closes it. */
 async function connectCheck(config: Config): Promise<{ store: string; epoch?: string }> {
@@ -27,12 +28,15 @@ async function connectCheck(config: Config): Promise<{ store: string; epoch?: st
 }
 
 /**
- * Prints that `file` is valid: its number of routes, and whether the store answers (--connect).
+ * Prints that `file` is valid: its number of routes, and whether the store answers (--connect);
+ * its warnings (src/config/warnings.ts) on stderr, one line each, without changing the exit code.
  * @throws Exit 1 (runtime) when --connect finds the store cannot be opened or does not answer
  */
 export async function checkConfig(config: Config, file: string, values: Values): Promise<void> {
   const connected = values.connect ? await connectCheck(config) : undefined
   const routes = config.routes.length
-  if (values.json) process.stdout.write(`${JSON.stringify({ file, ok: true, routes, ...(connected ? { store: { kind: connected.store, reachable: true, epoch: connected.epoch } } : {}) })}\n`)
+  const warnings = configWarnings(config)
+  for (const w of warnings) process.stderr.write(`${formatWarning(file, w)}\n`)
+  if (values.json) process.stdout.write(`${JSON.stringify({ file, ok: true, routes, ...(warnings.length ? { warnings } : {}), ...(connected ? { store: { kind: connected.store, reachable: true, epoch: connected.epoch } } : {}) })}\n`)
   else process.stdout.write(`${file}: ok (${routes} route${routes === 1 ? '' : 's'}${connected ? `; the ${connected.store} store answers` : ''})\n`)
 }

@@ -115,6 +115,12 @@ export const configSchema = z.strictObject({
     publicUrl: optionalUrl.transform((u) => u?.replace(/\/+$/, '')),
     /** a Grafana dashboard URL (dashboards/fencegate.json as imported): the Routes view links its counts to the dashboard's panels */
     grafanaUrl: optionalUrl,
+    /**
+     * contract §5a: `store` makes /readyz 503 while the store cannot answer; `serving` keeps it
+     * 200 while the process serves (guarded routes then answer 503 store-unavailable themselves),
+     * for a Service in front of several replicas sharing one store
+     */
+    readiness: z.enum(['store', 'serving']).default('store'),
   }).prefault({}),
   store: z.strictObject({
     kind: z.enum(['memory', 'sqlite', 'redis', 'postgres']).default('sqlite'),
@@ -122,7 +128,8 @@ export const configSchema = z.strictObject({
     url: z.string().optional(),
     timeout: duration('1s', HOUR),
     onStateLoss: z.enum(['fail-closed', 'accept']).default('fail-closed'),
-    synchronous: z.enum(['normal', 'full']).default('normal'),
+    /** sqlite: `full` (every commit on disk before it is answered: survives a power loss); `normal` only when acceptRisks names `synchronous` */
+    synchronous: z.enum(['normal', 'full']).default('full'),
     /** memory: most high-water marks; a new resource past it is refused (503), a mark never forgotten */
     maxResources: z.number().int().min(1).default(1_000_000),
     /** memory: most unexpired idempotency records; a new key past it is refused (503) unless acceptRisks names maxRecords */
@@ -158,9 +165,10 @@ export const configSchema = z.strictObject({
      * risks the operator accepts that the store forgets entries before their time (fencegate
      * doctor): `maxmemory-policy` (redis: an evicting policy can forget marks and records, else
      * start-up is refused); `maxRecords` (memory: when full, the oldest completed record is dropped,
-     * counted, instead of a new key refused); `maxAttempts` (memory: the oldest attempt log entry)
+     * counted, instead of a new key refused); `maxAttempts` (memory: the oldest attempt log entry);
+     * `synchronous` (sqlite: `synchronous: normal`, whose last commits a power loss can take)
      */
-    acceptRisks: z.array(z.enum(['maxmemory-policy', 'maxRecords', 'maxAttempts'])).default([]),
+    acceptRisks: z.array(z.enum(['maxmemory-policy', 'maxRecords', 'maxAttempts', 'synchronous'])).default([]),
     /**
      * redis, postgres: how far the store's clock may be from this gateway's before a warning (log
      * line, fencegate_store_clock_offset_exceeded). Leases and deadlines run on the store's clock
@@ -172,9 +180,13 @@ export const configSchema = z.strictObject({
   }).superRefine((s, ctx) => {
     for (const issue of storeTlsIssues(s)) ctx.addIssue({ code: 'custom', ...issue })
     s.acceptRisks.forEach((risk, i) => {
-      const kind = risk === 'maxmemory-policy' ? 'redis' : 'memory'
-      if (s.kind !== kind) ctx.addIssue({ code: 'custom', path: ['acceptRisks', i], message: risk === 'maxmemory-policy' ? `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` : `${risk} is a memory store limit: only with store.kind memory, not ${s.kind}` })
+      const kind = risk === 'maxmemory-policy' ? 'redis' : risk === 'synchronous' ? 'sqlite' : 'memory'
+      if (s.kind !== kind) ctx.addIssue({ code: 'custom', path: ['acceptRisks', i], message: risk === 'maxmemory-policy' ? `maxmemory-policy is a Redis setting: only with store.kind redis, not ${s.kind}` : risk === 'synchronous' ? `synchronous is a SQLite setting: only with store.kind sqlite, not ${s.kind}` : `${risk} is a memory store limit: only with store.kind memory, not ${s.kind}` })
     })
+    // a power loss can take normal's last commits unnoticed (a mark falls back): only when named
+    if (s.kind === 'sqlite' && s.synchronous === 'normal' && !s.acceptRisks.includes('synchronous')) {
+      ctx.addIssue({ code: 'custom', path: ['synchronous'], message: 'normal can lose the last commits on a power loss or kernel crash (a high-water mark falls back, a completed record vanishes), unnoticed: use full (the default), or name the risk in store.acceptRisks: [synchronous]' })
+    }
     if (s.cluster && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['cluster'], message: `only with store.kind redis (a Redis Cluster's seed nodes in store.url), not ${s.kind}` })
     if (s.replicas > 0 && s.kind !== 'redis' && s.kind !== 'postgres') ctx.addIssue({ code: 'custom', path: ['replicas'], message: `only with store.kind redis (WAIT for Redis replicas) or postgres (synchronous standbys), not ${s.kind}` })
     if (s.sentinels && s.kind !== 'redis') ctx.addIssue({ code: 'custom', path: ['sentinels'], message: `only with store.kind redis, not ${s.kind}` })

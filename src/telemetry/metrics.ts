@@ -17,7 +17,7 @@
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics, Gauge, type HistogramConfiguration, type LabelValues, type ObserveDataWithExemplar, type OpenMetricsContentType } from 'prom-client'
 import type { Config, RouteConfig } from '../config/schema.js'
-import { FENCING_REASONS, IDEMPOTENCY_RESULTS, UNKNOWN_REASONS, type StoreLimit } from '../outcomes.js'
+import { FENCING_REASONS, IDEMPOTENCY_RESULTS, UNKNOWN_REASONS, WRITE_REFUSAL_REASONS, type StoreLimit } from '../outcomes.js'
 import { traceExemplar, tracingOn } from './tracing.js'
 import { counterSeries, histogramSeries } from './series.js'
 import { gatewayAnswers, zeroOnce, SETTLED_AS, SETTLED_BY, PROBE_ANSWER_LABELS } from './route-series.js'
@@ -147,6 +147,7 @@ export function createMetrics(version: string) {
     fencingGenerations: new Counter({ name: 'fencegate_fencing_generations_total', help: 'Fencing check-and-sets that raised a resource\'s high-water mark (or set its first): new lease generations, how often leases change hands.', labelNames: ['route'] as const, registers: [registry] }),
     idempotencyLease: new Gauge({ name: 'fencegate_idempotency_lease_seconds', help: 'The route\'s configured idempotency.lease, seconds: shown beside the observed effect durations (fencegate leases).', labelNames: ['route'] as const, registers: [registry], aggregator: 'max' }),
     staleLateness: new TimedHistogram({ name: 'fencegate_fencing_stale_lateness_seconds', help: 'How long after the superseding token\'s first acceptance a stale write came (412), seconds: how far behind a superseded lease holder was.', labelNames: ['route'] as const, buckets: LATENESS_BUCKETS, registers: [registry] }),
+    storeWritesRefused: new Counter({ name: 'fencegate_store_writes_refused_total', help: 'Redis writes refused (503, nothing forwarded), by reason: replica_shortfall (fewer replicas than store.replicas acknowledged the write in time: the named shard in /readyz and fencegate doctor), failover_settling (the slot\'s master just took over from a replica and is not trusted before every gateway compared its writes).', labelNames: ['store', 'reason'] as const, registers: [registry] }),
     storeStateLost: new Gauge({ name: 'fencegate_store_state_lost', help: '1 while the store has lost its state (epoch marker changed or missing) and no operator accepted it; fenced and idempotent routes answer 503.', labelNames: ['store'] as const, registers: [registry] }),
     storeStateLosses: new Counter({ name: 'fencegate_store_state_losses_total', help: 'Times the store was found to have lost its state (contract §3).', labelNames: ['store'] as const, registers: [registry] }),
     storeClockOffset: new Gauge({ name: 'fencegate_store_clock_offset_seconds', help: 'The store\'s clock minus this gateway\'s, seconds (redis, postgres: measured at connect and every minute from one round trip; its error is at most half that round trip). Leases and deadlines run on the store\'s clock, so replicas need not agree; this offset shows in Retry-After, supersededForMs and the attempt log\'s times.', labelNames: ['store'] as const, registers: [registry], aggregator: 'average' }),
@@ -176,6 +177,7 @@ export function createMetrics(version: string) {
   /** The store metrics of every op at 0 (contract §6). Safe to call again. */
   const initStore = (store: StoreKind) => {
     m.storeStateLosses.inc({ store }, 0)
+    if (store === 'redis') for (const reason of WRITE_REFUSAL_REASONS) m.storeWritesRefused.inc({ store, reason }, 0)
     for (const limit of (STORE_LIMITS_BY_STORE as Partial<Record<StoreKind, readonly string[]>>)[store] ?? []) m.storeFull.inc({ store, limit }, 0)
     for (const op of STORE_OPS) {
       m.storeErrors.inc({ store, op }, 0)

@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
+import { freePort, gatewayConfig, startTestGateway, tempDir, type StoreInput, type TestGateway } from '../helpers/gateway.js'
 import { runCli } from '../helpers/run.js'
 import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
 
@@ -159,3 +159,72 @@ test('resolve --key-hash refuses a malformed hash and a hash with a key (exit 2)
   expect((await cli('resolve', '--config', file, '--route', 'p', '--key-hash', 'a'.repeat(64), '--key', 'k', '--as', 'failed')).status).toBe(2)
   expect((await cli('resolve', '--config', file, '--route', 'p', '--as', 'failed')).status).toBe(2)
 })
+
+test('resolve asks the running gateway when its admin listener is reachable: counted there as by="operator"; with none answering it resolves in the store and says it was not counted', async () => {
+  const up = await firstHangs()
+  const dir = tempDir('fg-unknown-')
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+  const adminPort = await freePort()
+  const text = gatewayConfig({
+    admin: { listen: `127.0.0.1:${adminPort}`, writeToken: 'unknown-write' },
+    store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+    routes: [{ name: 'payments', path: '/accounts/:account/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { required: true } }],
+  }).replaceAll('@DIR@', dir)
+  const file = join(dir, 'fencegate.yaml')
+  writeFileSync(file, text)
+  const gw = await startTestGateway(text)
+  cleanups.push(() => gw.close())
+  const settled = async (as: string) => metric(await metrics(gw.adminUrl), 'fencegate_unknown_outcomes_settled_total', { route: 'payments', by: 'operator', as })
+  // one account per key: the upstream hangs on each path's first request only
+  const charge = (key: string) => post(`${gw.url}/accounts/${key}/charges`, { amount: 5 }, { 'idempotency-key': key })
+  expect((await charge('via-gateway')).status).toBe(504)
+  expect((await charge('in-store')).status).toBe(504)
+  expect(await settled('not_applied')).toBe(0)
+
+  const via = await cli('resolve', '--config', file, '--route', 'payments', '--key', 'via-gateway', '--as', 'failed', '--reason', 'no charge upstream')
+  expect(via.status, via.stderr).toBe(0)
+  expect(via.stdout).toContain(`through the gateway at 127.0.0.1:${adminPort}`)
+  expect(await settled('not_applied')).toBe(1)
+  expect((await charge('via-gateway')).status).toBe(201)
+
+  // the same config without a write token: the gateway would refuse, so the CLI writes to the store itself
+  const direct = join(dir, 'direct.yaml')
+  writeFileSync(direct, text.replace(/writeToken: .*/, 'writeToken: ""'))
+  const own = await cli('resolve', '--config', direct, '--route', 'payments', '--key', 'in-store', '--as', 'completed')
+  expect(own.status, own.stderr).toBe(0)
+  expect(own.stdout).toContain('in the store directly: admin.writeToken is not set')
+  expect(await settled('applied')).toBe(0)
+  expectProblem(await charge('in-store'), { status: 409, type: 'response-not-stored' })
+  expect([up.hits('/accounts/via-gateway/charges'), up.hits('/accounts/in-store/charges')]).toEqual([2, 1])
+}, 30_000)
+
+test('an unknown outcome whose ttl ends unsettled is counted once as by="expiry", as="not_applied", shown on its timeline, and its key is then a first attempt', async () => {
+  const up = await firstHangs()
+  const dir = tempDir('fg-unknown-')
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }))
+  const routes = [{ name: 'payments', path: '/accounts/:account/*', upstream: { url: up.url, timeout: '300ms' }, idempotency: { required: true, ttl: '4s', lease: '2s' } }]
+  const text = gatewayConfig({ store: { kind: 'sqlite', path: '@DIR@/fg.db' }, routes }).replaceAll('@DIR@', dir)
+  // two gateways on one store: one of them releases the record, and only it counts
+  const [a, b] = [await startTestGateway(text), await startTestGateway(text)]
+  cleanups.push(() => a.close(), () => b.close())
+  const expired = async () => (await Promise.all([a, b].map(async (g) => metric(await metrics(g.adminUrl), 'fencegate_unknown_outcomes_settled_total', { route: 'payments', by: 'expiry', as: 'not_applied' }))))
+  expect(await expired()).toEqual([0, 0])
+  const charge = () => post(`${a.url}/accounts/x/charges`, { amount: 5 }, { 'idempotency-key': 'forgotten' })
+  expect((await charge()).status).toBe(504)
+  expectProblem(await charge(), { status: 409, type: 'outcome-unknown' })
+  const [{ keyHash }] = (await send(`${a.adminUrl}/unknown`)).json().unknown
+  const deadline = Date.now() + 15_000
+  while ((await expired()).reduce((x, y) => x + y) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200))
+  await new Promise((r) => setTimeout(r, 1_500))
+  expect((await expired()).sort()).toEqual([0, 1])
+  const again = await charge()
+  expect(again.status).toBe(201)
+  expect(again.headers['idempotent-replayed']).toBeUndefined()
+  expect(metric(await metrics(a.adminUrl), 'fencegate_duplicate_forwards_total', { route: 'payments' })).toBe(0)
+  await a.audit.flush()
+  await b.audit.flush()
+  const unknowns = (await send(`${a.adminUrl}/unknown`)).json().unknown
+  expect(unknowns).toEqual([])
+  const entries = (await send(`${a.adminUrl}/audit/timeline?keyHash=${keyHash}`)).json().entries as Record<string, unknown>[]
+  expect(entries.map((e) => e.kind === 'resolve' ? `resolve ${e.resolution} by ${e.by}` : `${e.status} ${e.outcome}`)).toEqual(['504 outcome_unknown', '409 outcome_unknown', 'resolve failed by expiry', '201 forwarded'])
+}, 40_000)

@@ -51,6 +51,23 @@ export function describeSettle(open: () => Promise<Store>, onClock?: () => Promi
       expect(await s.claim(key(), req('c2'), due + EVERY + 1)).toEqual({ kind: 'unknown', reason: 'timeout' })
     })
 
+    test('unknownRecord: the one key\'s record as unknowns lists it, its probe count included; undefined for a key in flight, completed, or absent', async () => {
+      const s = await open()
+      await unknownWithProbe(s)
+      expect(await s.unknownRecord(key(), T0 + 20)).toEqual({ key: key(), reason: 'timeout', leaseUntil: 0, expiresAt: T0 + 10 + 60_000, probe: PROBE, nextProbe: due })
+      expect((await s.takeProbe(key(), take(0), due)).kind).toBe('taken')
+      expect(await s.unknownRecord(key(), due + 1)).toMatchObject({ probes: 1, nextProbe: due + EVERY })
+      expect(await s.unknownRecord(key('other'), due + 1)).toBeUndefined()
+      await s.claim(key('busy'), req('b1', { leaseMs: 1_000 }), T0)
+      expect(await s.unknownRecord(key('busy'), T0 + 500)).toBeUndefined()
+      expect(await s.unknownRecord(key('busy'), T0 + 1_000)).toMatchObject({ reason: 'crash', leaseUntil: T0 + 1_000 })
+      await s.claim(key('done'), req('d1'), T0)
+      await s.finish(key('done'), 'd1', { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 1)
+      expect(await s.unknownRecord(key('done'), T0 + 2)).toBeUndefined()
+      // past its expiry it reads as gone
+      expect(await s.unknownRecord(key(), T0 + 10 + 60_000)).toBeUndefined()
+    })
+
     test('two callers at once with the same count: exactly one takes the probe', async () => {
       const s = await open()
       await unknownWithProbe(s)

@@ -279,23 +279,27 @@ describe('RedisStore on a cluster', () => {
     const [srcId, dstId] = [await id(src), await id(dst)]
     expect(await c.command(dst, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', srcId)).toBe('OK')
     expect(await c.command(src, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', dstId)).toBe('OK')
-    // migrating: keys still on the source answer there; a new key is sent on (ASK)
+    // migrating: keys still on the source answer there (the mark and the slot's write sequence);
+    // a new key beside the sequence still there is refused (TRYAGAIN until it moves): fails closed
     for (const [i, s] of stores.entries()) {
       expect(await s.fence(res, 11n + BigInt(i))).toMatchObject({ accepted: true, highest: 11n + BigInt(i) })
-      expect(await s.claim(key(inSlot[1 + i]), req(`n${i}`), T0)).toEqual({ kind: 'claimed' })
+      await expect(s.claim(key(inSlot[1 + i]), req(`n${i}`), T0)).rejects.toThrow(/TRYAGAIN/)
     }
     // move the keys that are still on the source
     const left = (await c.command<string[]>(src, 'CLUSTER', 'GETKEYSINSLOT', slot, 100))!
     if (left.length) expect(await c.command(src, 'MIGRATE', '127.0.0.1', dst, '', 0, 5000, 'KEYS', ...left)).toBe('OK')
-    // all moved, slot not yet reassigned: ASK for everything
+    // all moved, slot not yet reassigned: ASK for everything; a new key still beside the existing
+    // sequence, which the importing master refuses as well (TRYAGAIN) until the slot is its own
     for (const [i, s] of stores.entries()) {
       expect(await s.fence(res, 11n)).toMatchObject({ accepted: false, highest: 12n })
-      expect(await s.claim(key(inSlot[1 + i]), req(`again${i}`), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
+      await expect(s.claim(key(inSlot[1 + i]), req(`n${i}`), T0)).rejects.toThrow(/TRYAGAIN/)
     }
     // the importing master first, then the one it came from, then the rest
     for (const m of [dst, src, ...(await c.masters()).filter((x) => x !== dst && x !== src)]) await c.command(m, 'CLUSTER', 'SETSLOT', slot, 'NODE', dstId)
-    // reassigned: MOVED, followed
+    // reassigned: MOVED, followed; new keys claimed again
     for (const [i, s] of stores.entries()) {
+      expect(await s.claim(key(inSlot[1 + i]), req(`n${i}`), T0)).toEqual({ kind: 'claimed' })
+      expect(await s.claim(key(inSlot[1 + i]), req(`again${i}`), T0 + 1)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
       expect(await s.fence(res, 13n + BigInt(i))).toMatchObject({ accepted: true, highest: 13n + BigInt(i) })
       expect(await s.claim(key(inSlot[0]), req(`late${i}`), T0 + 2)).toEqual({ kind: 'in_flight', leaseUntil: T0 + 10_000 })
       await s.finish(key(inSlot[1 + i]), `n${i}`, { kind: 'completed', response: sampleResponse() }, 60_000, T0 + 3)
@@ -461,8 +465,9 @@ routes:
     const shortOnA = await write(a, onVictim[0], 1_000_000n, 'short-on-a')
     expect(shortOnA.status).toBe(503)
     expect(shortOnA.json().type).toBe('urn:fencegate:problem:store-unavailable')
-    // B (replicas: 0) serves them at once
-    expect((await write(b, onVictim[0], 1_000_000n, 'fine-on-b')).status).toBe(201)
+    // B (replicas: 0) serves them once the promoted master settled (every gateway compared its writes)
+    let tries = 0
+    await until(async () => (await write(b, onVictim[0], 1_000_000n, `fine-on-b-${tries++}`)).status === 201, { timeoutMs: 6000, intervalMs: 200, message: 'B to serve the promoted master\'s slots' })
     // the old master comes back, empty, as the new master's replica: A is served again
     await c.restart(victim)
     await c.waitOk(15_000)

@@ -3,7 +3,7 @@
  * become a StoreError (../shared/call.ts); the request path fails closed on them.
  */
 import { TracelessError } from '../../traceless-error.js'
-import type { StoreLimit } from '../../outcomes.js'
+import type { StoreLimit, WriteRefusalReason } from '../../outcomes.js'
 
 /**
  * The store could not answer: down, too slow (guardStore's `store.timeout`), full, closed, or
@@ -15,18 +15,22 @@ export class StoreError extends TracelessError {
    * wrote nothing: a claim it was to make needs no give-back. False when that is not known.
    */
   readonly unsent: boolean
+  /** a write the store refused on purpose, counted in fencegate_store_writes_refused_total by this reason */
+  readonly refusal?: WriteRefusalReason
 
   constructor(
     message: string,
     /** the store operation that failed, the `op` label in metrics */
     readonly op: string,
-    options?: { cause?: unknown; unsent?: boolean },
+    options?: { cause?: unknown; unsent?: boolean; refusal?: WriteRefusalReason },
   ) {
     super(message, options)
     this.name = 'StoreError'
     this.unsent = options?.unsent === true
+    if (options?.refusal) this.refusal = options.refusal
   }
 }
+
 
 export type { StoreLimit }
 

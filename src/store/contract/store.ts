@@ -184,6 +184,12 @@ export interface Store extends SettleStore, LeaseStore {
    */
   unknowns(now: number, options?: { route?: string; limit?: number }): Promise<UnknownRecord[]>
   /**
+   * The record of `key` when it is in the unknown state (as `unknowns` would list it), else
+   * undefined: one read of one record, for a retry of a key on a route with
+   * `idempotency.settle` (src/admission/settle.ts). Reading never writes.
+   */
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined>
+  /**
    * `fencing.serialize: store` (src/fencing/window.ts): registers the forwarded fenced write `id`
    * with `token` on `resource` until `deadline` (epoch ms) — atomically with reading the
    * resource's high-water mark: when `token` is below it nothing is written and the answer is
@@ -252,6 +258,12 @@ export interface Store extends SettleStore, LeaseStore {
    * test/disk-full.test.ts.
    */
   writeRefused?(): WriteRefusal | undefined
+  /**
+   * Redis Cluster with store.replicas N: one sentence per shard whose master had fewer than N
+   * replicas connected at the last look (every state poll), naming its master and slots — its
+   * writes are refused (503) — else []. Absent elsewhere. Read by `/readyz` and `fencegate doctor`.
+   */
+  replicaShortfalls?(): string[]
   /**
    * Answers when the store can serve requests; rejects with StoreError when not. The suite checks
    * an open store and a closed one; a store that is down, test/store-faults.test.ts.

@@ -20,7 +20,7 @@ import { RecordTable } from './records.js'
 import { RegisteredWrites } from './registrations.js'
 import type { MemoryCapacity, MemoryStoreOptions } from './options.js'
 import { WriteSequence } from '../state-loss/sequence.js'
-import { decideAcquire, decideRelease as decideLeaseRelease, decideRenew, readOf, type LeaseRow } from '../shared/lease-state.js'
+import { MemoryLeases } from './leases.js'
 import type { Lease, LeaseChange, LeaseGrant } from '../contract/leases.js'
 import type { LossNote } from '../state-loss/note.js'
 
@@ -230,21 +230,21 @@ export class MemoryStore implements Store {
     })
   }
 
-  /** contract §3a: each resource's lease, beside its mark; the grant raises the mark in the same section */
-  readonly #leases = new Map<string, LeaseRow>()
-  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> {
-    return this.#write('lease_acquire', () => {
-      const { result, write } = decideAcquire(resource, this.#leases.get(resource), this.#fences.get(resource), holder, ttlMs, now)
-      if (write) { this.#fence(resource, write.token, now, 'lease_acquire'); this.#leases.set(resource, write) }
-      return result
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
+    return this.#call('unknowns', () => {
+      const r = this.#records.get(recordId(key))
+      if (!r || r.expiresAt <= now) return undefined
+      const crashed = r.state === 'in_flight' && r.leaseUntil <= now
+      return r.state === 'unknown' || crashed ? unknownOf(key, r, crashed) : undefined
     })
   }
-  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#changeLease('lease_renew', resource, (row, highest) => decideRenew(resource, row, highest, token, now)) }
-  releaseLease(resource: string, token: bigint): Promise<LeaseChange> { return this.#changeLease('lease_release', resource, (row, highest) => decideLeaseRelease(resource, row, highest, token)) }
-  #changeLease(op: string, resource: string, decide: (row: LeaseRow | undefined, highest: bigint | undefined) => { result: LeaseChange; write?: LeaseRow }): Promise<LeaseChange> {
-    return this.#write(op, () => { const { result, write } = decide(this.#leases.get(resource), this.#fences.get(resource)); if (write) this.#leases.set(resource, write); return result })
-  }
-  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#call('lease_read', () => readOf(resource, this.#leases.get(resource), now)) }
+
+  /** contract §3a: each resource's lease, beside its mark; the grant raises the mark in the same section */
+  readonly #leases = new MemoryLeases()
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#write('lease_acquire', () => this.#leases.acquire(resource, holder, ttlMs, now, this.#fences.get(resource), (t) => this.#fence(resource, t, now, 'lease_acquire'))) }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#write('lease_renew', () => this.#leases.renew(resource, token, now, this.#fences.get(resource))) }
+  releaseLease(resource: string, token: bigint): Promise<LeaseChange> { return this.#write('lease_release', () => this.#leases.release(resource, token, this.#fences.get(resource))) }
+  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#call('lease_read', () => this.#leases.read(resource, now)) }
 
   /** `fencing.serialize: store` */
   readonly #registrations = new RegisteredWrites()

@@ -48,7 +48,7 @@ import { StandbyWatch } from './standbys.js'
 import { createPool, type PostgresStoreOptions } from './pool.js'
 import { acceptLoss, readEpoch, readMarkers, readTimeline, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
-import { readHighest, readMark, readUnknowns } from './reads.js'
+import { readHighest, readMark, readUnknowns, readUnknownRecord } from './reads.js'
 import { olderRegistered, register } from './serialize.js'
 import { reapIn } from './reaping.js'
 import { renew, resolve, settle, takeProbe } from './records.js'
@@ -236,6 +236,10 @@ export class PostgresStore implements Store {
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
     return this.#run('unknowns', () => readUnknowns(this.#pool, this.#q, this.#now(now), route, limit))
+  }
+
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
+    return this.#run('unknowns', () => readUnknownRecord(this.#pool, this.#q, this.#now(now), key))
   }
 
   /** Deletes attempt log entries older than the retention; returns how many. */

@@ -75,6 +75,11 @@ export function queries(s: string) {
             (SELECT coalesce($1::bigint, ${s}.fg_now_ms_v1()) AS n) t
           WHERE state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= t.n) AND expires_at > t.n
             AND ($2::text IS NULL OR route = $2) LIMIT $3`),
+    /** $1 now or NULL (the server's clock), $2 route, $3 scope, $4 key */
+    unknownRecord: named('fg_unknown_record_v1', `SELECT route, scope, key, state, reason, lease_until, expires_at, probe, probes, next_probe FROM ${s}.fg_records_v1,
+            (SELECT coalesce($1::bigint, ${s}.fg_now_ms_v1()) AS n) t
+          WHERE route = $2 AND scope = $3 AND key = $4
+            AND state IN ('unknown', 'in_flight') AND (state = 'unknown' OR lease_until <= t.n) AND expires_at > t.n`),
     reap: named('fg_reap_v2', `DELETE FROM ${s}.fg_records_v1 WHERE (route, scope, key) IN (
           SELECT route, scope, key FROM ${s}.fg_records_v1 WHERE expires_at <= coalesce($1::bigint, ${s}.fg_now_ms_v1()) LIMIT $2 FOR UPDATE SKIP LOCKED)`),
 

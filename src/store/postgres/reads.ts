@@ -4,7 +4,7 @@
  */
 import type pg from 'pg'
 import type { StoreClock } from '../shared/clock.js'
-import type { FenceMark, UnknownReason, UnknownRecord } from '../contract/store.js'
+import type { FenceMark, RecordKey, UnknownReason, UnknownRecord } from '../contract/store.js'
 import type { Queries } from './queries.js'
 
 export async function readHighest(pool: pg.Pool, q: Queries, resource: string): Promise<bigint | undefined> {
@@ -20,25 +20,32 @@ export async function readMark(pool: pg.Pool, q: Queries, clock: StoreClock, res
 }
 
 /** At most `limit`, only `route`'s when given; `now` null: the server's clock. */
+interface UnknownRow {
+  route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string
+  probe: string | null; probes: number | null; next_probe: string | null
+}
+
 export async function readUnknowns(pool: pg.Pool, q: Queries, now: number | null, route: string | undefined, limit: number): Promise<UnknownRecord[]> {
-  const { rows } = await pool.query<{
-    route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string
-    probe: string | null; probes: number | null; next_probe: string | null
-  }>({
-    ...q.unknowns,
-    values: [now, route ?? null, limit],
-  })
-  return rows.map((r) => {
-    const u: UnknownRecord = {
-      key: { route: r.route, scope: r.scope, key: r.key },
-      reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
-      leaseUntil: Number(r.lease_until),
-      expiresAt: Number(r.expires_at),
-    }
-    // idempotency.settle's fields, only where the record holds them
-    if (r.probe !== null) u.probe = r.probe
-    if (r.probes !== null) u.probes = Number(r.probes)
-    if (r.next_probe !== null) u.nextProbe = Number(r.next_probe)
-    return u
-  })
+  const { rows } = await pool.query<UnknownRow>({ ...q.unknowns, values: [now, route ?? null, limit] })
+  return rows.map(unknownOfRow)
+}
+
+/** The record of `key` when it is in the unknown state (`Store.unknownRecord`): one indexed read. */
+export async function readUnknownRecord(pool: pg.Pool, q: Queries, now: number | null, key: RecordKey): Promise<UnknownRecord | undefined> {
+  const { rows } = await pool.query<UnknownRow>({ ...q.unknownRecord, values: [now, key.route, key.scope, key.key] })
+  return rows.length ? unknownOfRow(rows[0]) : undefined
+}
+
+function unknownOfRow(r: UnknownRow): UnknownRecord {
+  const u: UnknownRecord = {
+    key: { route: r.route, scope: r.scope, key: r.key },
+    reason: r.state === 'in_flight' ? 'crash' : r.reason ?? 'crash',
+    leaseUntil: Number(r.lease_until),
+    expiresAt: Number(r.expires_at),
+  }
+  // idempotency.settle's fields, only where the record holds them
+  if (r.probe !== null) u.probe = r.probe
+  if (r.probes !== null) u.probes = Number(r.probes)
+  if (r.next_probe !== null) u.nextProbe = Number(r.next_probe)
+  return u
 }

@@ -30,9 +30,11 @@ import { KeyNames } from './keys.js'
 import { Writer } from './replicas.js'
 import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
+import { ClusterHistory, shortfalls } from './cluster-history.js'
+import type { Cluster } from 'ioredis'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
-import { unknownRecords } from './unknowns.js'
+import { unknownRecord, unknownRecords } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { admit, claim, fence, type Admission } from './admission.js'
 import { finish, release, renew, resolve, settle, takeProbe } from './records.js'
@@ -56,8 +58,10 @@ export class RedisStore implements Store {
   readonly audit: AuditLog
   /** the value written when this key prefix was first used (see `open`) */
   epoch = ''
-  /** this process's write sequence (../state-loss/sequence.ts); none on a cluster (a script reaches one slot only) */
+  /** this process's write sequence (../state-loss/sequence.ts); on a cluster one per slot (./cluster-history.ts), whose losses and reset go through it */
   readonly sequence?: WriteSequence
+  /** cluster: the masters followed and the slots' sequences (./cluster-history.ts) */
+  readonly #masters?: ClusterHistory
   /** one server: the primary followed (./history.ts) */
   readonly #history: ReplicationHistory
   /** the check after a reconnection, which every call waits for */
@@ -74,7 +78,7 @@ export class RedisStore implements Store {
   constructor(options: RedisStoreOptions) {
     const {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
-      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store',
+      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = 2500,
     } = options
     // with Sentinels the url only carries credentials, TLS and the database: it may be left out
     const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : options.sentinels ? ['redis://sentinel'] : []
@@ -88,10 +92,15 @@ export class RedisStore implements Store {
     if (sentinels && (cluster || !options.sentinelName)) throw new TypeError('options.sentinels needs options.sentinelName, and no cluster')
     this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs, sentinels, sentinelName: options.sentinelName, tls: options.tls })
     const sequence = options.sequence ?? new WriteSequence()
-    if (!cluster) this.sequence = sequence
+    this.sequence = sequence
+    if (cluster) {
+      const keys = this.#keys
+      this.#masters = new ClusterHistory(this.#redis as Cluster, { failoverIsLoss: replicas === 0, settleMs, sequence, seqKey: (slot) => keys.slotSeq(slot), noteKey: keys.lossNote })
+    }
     this.#writer = new Writer(this.#redis, {
       cluster, replicas, replicasTimeoutMs: Math.max(1, Math.round(replicasTimeoutMs)), commandTimeoutMs,
       sequence: cluster ? undefined : { keys: [this.#keys.seq, this.#keys.unsettled!.writes], seen: sequence },
+      slots: this.#masters && { history: this.#masters, key: (slot) => this.#keys.slotSeq(slot) },
     })
     this.#history = new ReplicationHistory(replicas === 0, sequence)
     // Without a listener ioredis prints every connection error; remember the last for ping().
@@ -139,6 +148,8 @@ export class RedisStore implements Store {
         if (/^cluster_enabled:1/m.test(info)) throw new Error('it is a Redis Cluster node: set store.cluster: true (and list seed nodes in store.url)')
         store.#history.observe(await replicationIds(r).catch(() => undefined), 'open')
       }
+      // the masters as they are now: what a later failover is told apart from
+      await store.#masters?.look('open').catch(() => { /* an unreadable master: the first poll looks again */ })
       store.epoch = await initEpoch(r, store.#keys, store.cluster)
       await store.clock.measure()
       store.clock.start()
@@ -154,14 +165,13 @@ export class RedisStore implements Store {
   async markers(): Promise<StateMarkers> {
     return this.#run('markers', async () => {
       if (!this.cluster) await this.#checkHistory('markers')
+      else await this.#masters!.look('markers')
       return readMarkers(this.#redis, this.#keys, this.cluster)
     })
   }
 
   /** See ./markers.ts. */
-  async acceptLoss(): Promise<string> {
-    return this.#run('accept_loss', () => acceptLoss(this.#redis, this.#keys, this.cluster))
-  }
+  async acceptLoss(): Promise<string> { return this.#run('accept_loss', () => acceptLoss(this.#redis, this.#keys, this.cluster)) }
 
   /** One server: the replication ids now, against the primary known (./history.ts). @throws StoreWentBack */
   async #checkHistory(op: string): Promise<void> {
@@ -190,9 +200,7 @@ export class RedisStore implements Store {
 
   // -------------------------------------------------------------- fencing
 
-  fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> {
-    return this.#run('fence', () => fence(this.#ops, resource, token, now))
-  }
+  fence(resource: string, token: bigint, now = Date.now()): Promise<FenceResult> { return this.#run('fence', () => fence(this.#ops, resource, token, now)) }
 
   highest(resource: string): Promise<bigint | undefined> {
     return this.#run('highest', async () => {
@@ -213,9 +221,7 @@ export class RedisStore implements Store {
 
   // -------------------------------------------------------------- idempotency records
 
-  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#run('claim', () => claim(this.#ops, 'claim', key, req, now))
-  }
+  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> { return this.#run('claim', () => claim(this.#ops, 'claim', key, req, now)) }
 
   /**
    * One server: FENCE and CLAIM in one script, one round trip (see ADMIT). Cluster: FENCE, then
@@ -228,30 +234,17 @@ export class RedisStore implements Store {
    * on a cluster alike. Nothing lowers it: a lowered mark could let an older token in after a
    * newer one was forwarded. Redis not reached at all: nothing changed.
    */
-  admit(fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-    return this.#run('admit', () => admit(this.#ops, fenceReq, key, req, now))
-  }
-
-  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', () => finish(this.#ops, key, claimId, done, ttlMs, now))
-  }
-
+  admit(fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> { return this.#run('admit', () => admit(this.#ops, fenceReq, key, req, now)) }
+  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> { return this.#run('finish', () => finish(this.#ops, key, claimId, done, ttlMs, now)) }
   /** No WAIT (./records.ts). */
-  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', () => renew(this.#ops, key, claimId, leaseMs, now))
-  }
-
-  release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
-    return this.#run('release', () => release(this.#ops, key, claimId))
-  }
-
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> { return this.#run('renew', () => renew(this.#ops, key, claimId, leaseMs, now)) }
+  release(key: RecordKey, claimId: string): Promise<ReleaseResult> { return this.#run('release', () => release(this.#ops, key, claimId)) }
   acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#run('lease_acquire', () => acquireLease(this.#ops, resource, holder, ttlMs, now)) }
   renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_renew', () => changeLease(this.#ops, resource, token, now, 'renew')) }
   releaseLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_release', () => changeLease(this.#ops, resource, token, now, 'release')) }
   readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#run('lease_read', () => readLease(this.#ops, resource, now)) }
   takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> { return this.#run('take_probe', () => takeProbe(this.#ops, key, p, now)) }
   settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> { return this.#run('settle', () => settle(this.#ops, key, probes, as, ttlMs, now)) }
-
   resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> { return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now)) }
 
   /**
@@ -265,24 +258,25 @@ export class RedisStore implements Store {
     return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
   }
 
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> { return this.#run('unknowns', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key)) }
+
   // ------------------------------------------------- fencing.serialize: store (registrations)
 
   /** REGISTER (see there); with `replicas`, a registration counts once they have it too. */
-  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> {
-    return this.#run('register', () => register(this.#ops, resource, token, id, deadline, now))
-  }
+  register(resource: string, token: bigint, id: string, deadline: number, now: number): Promise<Registration> { return this.#run('register', () => register(this.#ops, resource, token, id, deadline, now)) }
 
   /** OLDER: the registrations read against the server's clock, in one script. */
-  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> {
-    return this.#run('older_registered', () => olderRegistered(this.#ops, resource, token, now))
-  }
+  olderRegistered(resource: string, token: bigint, now: number): Promise<OlderWrites> { return this.#run('older_registered', () => olderRegistered(this.#ops, resource, token, now)) }
 
   /** A hold (`until`) is waited for like a registration; a deletion is not (one lost in a failover only holds until its deadline). */
-  unregister(resource: string, id: string, until = 0): Promise<void> {
-    return this.#run('unregister', () => unregister(this.#ops, resource, id, until))
-  }
+  unregister(resource: string, id: string, until = 0): Promise<void> { return this.#run('unregister', () => unregister(this.#ops, resource, id, until)) }
 
   // -------------------------------------------------------------- health
+
+  /** See `Store.replicaShortfalls`; ./cluster-history.ts `shortfalls`. */
+  replicaShortfalls(): string[] {
+    return this.#masters ? shortfalls(this.#masters.last, this.#ops.replicas) : []
+  }
 
   /** One server: PING. Cluster: the cluster's own state is ok, every slot has a master, and every master answers. */
   ping(): Promise<void> {
@@ -295,6 +289,9 @@ export class RedisStore implements Store {
     if (this.#closed) return
     this.#closed = true
     this.clock.stop()
-    await this.#redis.quit().catch(() => this.#redis.disconnect())
+    await this.#redis.quit().catch(() => {})
+    // quit leaves Sentinel's failover-detector subscriptions open, which keep a CLI process
+    // alive (redis/ioredis#1362); disconnect closes them
+    this.#redis.disconnect()
   }
 }

@@ -38,6 +38,9 @@
  *                                            64 slots, so losing any master's data shows
  *   {fg:<prefix>:audit:<n>}  × 16            streams: the attempt log, one in each block of
  *                                            1024 slots, so it spreads over the masters
+ *   {fg:<prefix>:q:<n>}  × 16384             string: the write sequence of one slot (the first n
+ *                                            whose key hashes to it), advanced by every write
+ *                                            script on that slot (./cluster-history.ts)
  * `%`, `{`, `}` and `:` inside the parts are percent-encoded, so no user value can end the hash
  * tag early or make two records share a key. These names are shared with older gateways on the
  * same Redis: they do not change.
@@ -120,6 +123,8 @@ export class KeyNames {
   readonly seq: string
   /** cluster: the epoch's copies, one per block of slots; one server: none */
   readonly markers: string[]
+  /** cluster: the sequence key of each slot, by slot (computed on first use: ~0.1 s) */
+  #slotSeqs?: string[]
   /** the attempt log's streams: one, or one per block of slots on a cluster */
   readonly audit: string[]
   /** one server: the index of unsettled records, its write count and its build mark (see the layout); a cluster keeps none */
@@ -141,6 +146,12 @@ export class KeyNames {
 
   #key(...parts: string[]): string {
     return `{${this.#base}:${parts.map(part).join(':')}}`
+  }
+
+  /** Cluster: the write sequence key that hashes to `slot`. */
+  slotSeq(slot: number): string {
+    this.#slotSeqs ??= keysPerBlock(`${this.#base}:q:`, SLOTS)
+    return this.#slotSeqs[slot]
   }
 
   /** The resource's high-water mark. */

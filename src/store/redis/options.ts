@@ -33,6 +33,12 @@ export interface RedisStoreOptions {
    */
   commandTimeoutMs?: number
   /**
+   * cluster with `replicas: 0`: how long the slots of a promoted replica (or a restarted master)
+   * that showed no loss refuse writes, so every running gateway's state poll can compare its own
+   * writes there first, ms; default 2500 (the poll runs every second)
+   */
+  settleMs?: number
+  /**
    * where instants come from: 'store' (default) the server's TIME, inside every script; 'caller'
    * the `now` each call passes — for tests that drive time through it (the conformance suite)
    */

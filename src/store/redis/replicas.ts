@@ -14,8 +14,10 @@
 import { Redis, type Cluster } from 'ioredis'
 import { StoreError } from '../contract/store.js'
 import { callScript, onMaster, type Conn } from './connection.js'
-import type { SequencedReply } from './replies.js'
-import { SEQUENCED, type Script } from './scripts.js'
+import type { SequencedReply, SlotSequencedReply } from './replies.js'
+import { SEQUENCED, SLOT_SEQUENCED, type Script } from './scripts.js'
+import { keySlot } from './keys.js'
+import type { ClusterHistory } from './cluster-history.js'
 import type { WriteSequence } from '../state-loss/sequence.js'
 
 /** Fewer replicas than asked acknowledged a write in time (or the connection failed under the WAIT). */
@@ -25,7 +27,7 @@ export class ReplicaShortfall extends StoreError {
   constructor(op: string, readonly acked: number, readonly wanted: number, timeoutMs: number, readonly node?: string, cause?: Error) {
     super(cause
       ? `redis ${op}: the write's WAIT for ${wanted} replica${wanted === 1 ? '' : 's'} failed (${cause.message})${node ? ` (master ${node})` : ''}; the request fails closed`
-      : `redis ${op}: ${acked} of ${wanted} replica${wanted === 1 ? '' : 's'} acknowledged the write within ${timeoutMs} ms${node ? ` (master ${node})` : ''}; the request fails closed`, op, { cause })
+      : `redis ${op}: ${acked} of ${wanted} replica${wanted === 1 ? '' : 's'} acknowledged the write within ${timeoutMs} ms${node ? ` (master ${node})` : ''}; the request fails closed`, op, { cause, refusal: 'replica_shortfall' })
     this.name = 'ReplicaShortfall'
   }
 }
@@ -69,6 +71,8 @@ export interface WriterOptions {
    * (./keys.ts), both advanced by every script but the attempt log's and the reads
    */
   sequence?: { keys: [seq: string, indexWrites: string]; seen: WriteSequence }
+  /** cluster: the slots' write sequences and what is known of the masters (./cluster-history.ts) */
+  slots?: { history: ClusterHistory; key(slot: number): string }
 }
 
 /** Sends scripts: through the client's own routing, or — to WAIT after a write — on a known connection. */
@@ -77,6 +81,8 @@ export class Writer {
   readonly #waiters = new WeakMap<object, Waiter>()
   /** replicas: the highest sequence answered so far, not yet known to be on the replicas */
   #answered = 0n
+  /** cluster with replicas: per connection, the slots' highest sequences answered and not yet covered by a WAIT */
+  readonly #pending = new WeakMap<object, Map<number, bigint>>()
   constructor(private readonly redis: Conn, private readonly o: WriterOptions) {}
 
   /**
@@ -86,6 +92,7 @@ export class Writer {
    * @throws StoreWentBack when the store's sequence is below this gateway's highest (nothing was written)
    */
   call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op = s.name): Promise<T> {
+    if (this.o.slots) return this.#callSlot<T>(s, keys, args, buffer, op)
     const q = this.o.sequence
     if (!q) return callScript<T>(this.redis, s, keys, args, buffer)
     const seen = q.seen.seen
@@ -107,6 +114,43 @@ export class Writer {
   }
 
   /**
+   * Cluster: `s` with its slot's write sequence (./scripts.ts SLOT_SEQUENCED) through the client's
+   * own routing, or on the slot master's connection (`conn`, to WAIT there); the answer is checked
+   * against what is known of the slot's master before it is handed back (./cluster-history.ts).
+   */
+  async #callSlot<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op: string, onConn = false): Promise<{ conn: Redis | Cluster; result: T } & T> {
+    const { history, key } = this.o.slots!
+    const slot = keySlot(keys[0])
+    await history.check(op, slot)
+    const seen = history.seenIn(slot)
+    const k = keys.slice()
+    k.push(key(slot))
+    const a = args.slice()
+    a.push(seen > 0n ? seen.toString() : '')
+    const script = SLOT_SEQUENCED[s.name as keyof typeof SLOT_SEQUENCED]
+    let sent: { conn: Redis | Cluster; result: SlotSequencedReply<T> }
+    try {
+      sent = onConn ? await onMaster<SlotSequencedReply<T>>(this.redis as Cluster, script, k, a, buffer, this.o.commandTimeoutMs) : { conn: this.redis, result: await callScript<SlotSequencedReply<T>>(this.redis, script, k, a, buffer) }
+    } catch (e) {
+      const back = /^FGBACK (\d+)/.exec((e as Error)?.message ?? '')
+      if (back) throw history.wentBack(op, slot, back[1])
+      throw e
+    }
+    const [n, node, r] = sent.result
+    await history.check(op, slot, node.toString())
+    const v = BigInt(n.toString())
+    // with replicas a sequence counts once a WAIT covered it (see `acked`)
+    if (this.o.replicas === 0) history.saw(slot, v)
+    else {
+      let p = this.#pending.get(sent.conn)
+      if (!p) this.#pending.set(sent.conn, p = new Map())
+      if (v > (p.get(slot) ?? 0n)) p.set(slot, v)
+    }
+    if (!onConn) return r as { conn: Redis | Cluster; result: T } & T
+    return { conn: sent.conn, result: r } as { conn: Redis | Cluster; result: T } & T
+  }
+
+  /**
    * Runs `s` on the master of `keys[0]`'s slot. Without `replicas` through the client's own
    * routing; with them on a known connection (see `send`), then — when `durable(result)` — WAIT
    * on that same connection.
@@ -125,6 +169,7 @@ export class Writer {
 
   /** Sends a write on a known connection (one server: the one; cluster: the slot master's); resolves with the connection and the script's answer. */
   async send<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<{ conn: Redis | Cluster; result: T }> {
+    if (this.o.slots) return this.#callSlot<T>(s, keys, args, buffer, s.name, true)
     if (this.o.cluster) return onMaster<T>(this.redis as Cluster, s, keys, args, buffer, this.o.commandTimeoutMs)
     return { conn: this.redis, result: await this.call<T>(s, keys, args, buffer) }
   }
@@ -141,6 +186,8 @@ export class Writer {
     let acked: number
     // every write answered before this call is covered by the WAIT it joins
     const covered = this.#answered
+    const coveredSlots = this.#pending.get(conn)
+    this.#pending.delete(conn)
     try {
       acked = await waiter.acked()
     } catch (cause) {
@@ -155,5 +202,6 @@ export class Writer {
       throw e
     }
     this.o.sequence?.seen.saw(covered)
+    if (coveredSlots) for (const [slot, n] of coveredSlots) this.o.slots?.history.saw(slot, n)
   }
 }

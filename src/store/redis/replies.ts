@@ -8,6 +8,9 @@ import type { ClaimResult, FenceResult, ReleaseResult } from '../contract/store.
 /** A sequenced script's answer: the store's sequence after it, and the script's own answer. */
 export type SequencedReply<T> = [number | string | Buffer, T]
 
+/** A cluster's slot-sequenced script's answer: the slot's sequence after it, the node id of the master that ran it, the script's own answer. */
+export type SlotSequencedReply<T> = [number | string | Buffer, string | Buffer, T]
+
 /** FENCE's answer (ADMIT's first four fields): accepted 0|1, highest, since ('' when unknown), raised 0|1. */
 export type FenceReply = [number, string | Buffer, string | Buffer, number]
 

@@ -43,6 +43,26 @@ redis.call('INCR', ixWrites)
 return {redis.call('INCR', seqKey), r}
 `
 
+// The write sequence of one slot (a cluster: ./cluster-history.ts): KEYS gets that slot's sequence
+// key last ({fg:<prefix>:q:<n>}, named so it hashes to the slot of the script's other keys), ARGV
+// the highest sequence of that slot the gateway has seen last ('' when none). Below it: the error
+// `FGBACK <its sequence>` before anything is written; else the script runs, the sequence is
+// advanced, and the answer is {sequence, the node id of the master that ran it, the script's own
+// answer}: a reply from a master the gateway did not know is checked before it is relied on.
+const slotSequenced = (lua: string): string => `
+local seqKey, seen = KEYS[#KEYS], ARGV[#ARGV]
+local cur = tonumber(redis.call('GET', seqKey) or '0')
+if seen ~= '' and cur < tonumber(seen) then return redis.error_reply('FGBACK ' .. cur) end
+local function body(KEYS, ARGV)
+${lua}
+end
+local keys, argv = {}, {}
+for i = 1, #KEYS - 1 do keys[i] = KEYS[i] end
+for i = 1, #ARGV - 1 do argv[i] = ARGV[i] end
+local r = body(keys, argv)
+return {redis.call('INCR', seqKey), redis.call('CLUSTER', 'MYID'), r}
+`
+
 /** Every script of the store, by its command name. */
 export const SCRIPTS = {
   fgFence: script('fgFence', FENCE, 2),
@@ -79,3 +99,11 @@ export const claimArgs = (req: ClaimRequest, now: string): string[] => [
   req.fingerprint, req.claimId, String(Math.max(0, Math.round(req.leaseMs))), String(Math.max(1, Math.round(req.ttlMs))),
   req.retryUnknown ? '1' : '0', now, req.probe ?? '',
 ]
+
+/**
+ * The scripts of a cluster: each of SCRIPTS but the attempt log's and the reads, under the same
+ * name, with its slot's write sequence around it (`slotSequenced`). Older gateways keep sending
+ * the plain SCRIPTS beside them (other SHAs): their writes advance no sequence.
+ */
+export const SLOT_SEQUENCED: typeof SCRIPTS = Object.fromEntries(Object.entries(SCRIPTS).map(([name, s]) =>
+  [name, UNSEQUENCED.has(name) ? s : script(s.name, slotSequenced(s.lua), s.keys + 1)])) as unknown as typeof SCRIPTS

@@ -19,7 +19,7 @@
  */
 import type { Cluster, Redis } from 'ioredis'
 import { asReason } from '../shared/replies.js'
-import type { UnknownRecord } from '../contract/store.js'
+import type { RecordKey, UnknownRecord } from '../contract/store.js'
 import { callScript, masters, type Conn } from './connection.js'
 import type { KeyNames } from './keys.js'
 import { REINDEX_SCRIPT } from './scripts.js'
@@ -64,6 +64,17 @@ class Collector {
       this.out.push(u)
     }
   }
+}
+
+/**
+ * The record of `key` when it is in the unknown state: one HMGET. On a cluster `nowOf` asks the
+ * node a keyless command reaches, not necessarily the record's master: the answer only picks
+ * what to try next, and the script that acts on it (TAKE_PROBE) reads the record's own clock.
+ */
+export async function unknownRecord(r: Conn, keys: KeyNames, nowOf: NowOf, key: RecordKey): Promise<UnknownRecord | undefined> {
+  const c = new Collector(r, keys, 1)
+  await c.read([keys.record(key)], await nowOf(r))
+  return c.out[0]
 }
 
 /** One server: the index's members, built first when it must be (see above). */

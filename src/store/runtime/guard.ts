@@ -8,6 +8,7 @@ import { histogramSeries } from '../../telemetry/series.js'
 import { tracingOn } from '../../telemetry/tracing.js'
 import type { Logger } from '../../log.js'
 import { GiveBacks, MAX_GIVE_BACK_MS } from './give-back.js'
+import { StoreErrorLog } from './error-log.js'
 import { keyHashOf } from '../contract/key-hash.js'
 import { StoreError, StoreFull, type ClaimRequest, type ClaimResult, type RecordKey, type Store } from '../contract/store.js'
 
@@ -19,7 +20,7 @@ const FULL_LOG_MS = 60_000
 
 /**
  * A Store that measures, counts errors and enforces the timeout on every call of `inner`.
- * Failures are logged at most once a second per operation, so an outage does not flood the log;
+ * Failures are logged once with their cause, then summarised once a minute (./error-log.ts);
  * a full store (StoreFull) is counted by limit and logged at most once a minute, and so are the
  * evictions the operator accepted. Claims never used — a claim or admit that failed or answered
  * too late, a release that failed — are given back by their id until the store takes them
@@ -28,6 +29,7 @@ const FULL_LOG_MS = 60_000
 export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, log: Logger): Store {
   const kind = inner.kind
   const lastLogged = new Map<string, number>()
+  const errors = new StoreErrorLog(log, kind)
   const rarely = (what: string, now = Date.now()): boolean => {
     if (now - (lastLogged.get(what) ?? -Infinity) < FULL_LOG_MS) return false
     lastLogged.set(what, now)
@@ -58,16 +60,14 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
   }
   const failed = (op: string, e: unknown): StoreError => {
     metrics.storeErrors.inc({ store: kind, op })
+    if (e instanceof StoreError && e.refusal) metrics.storeWritesRefused.inc({ store: kind, reason: e.refusal })
     const now = Date.now()
     if (e instanceof StoreFull) {
       metrics.storeFull.inc({ store: kind, limit: e.limit })
       if (!rarely(e.limit, now)) { /* logged this minute */ }
       else if (e.limit === 'disk') log.error('the store\'s disk refuses writes: requests that need new state are refused (503); replays and stale-token refusals are still answered', { store: kind, op, limit: e.limit, error: e.message })
       else log.error('the store is full and refuses new entries rather than forget one before its time: requests that need one are refused (503)', { store: kind, op, limit: e.limit, max: e.max, error: e.message })
-    } else if (now - (lastLogged.get(op) ?? 0) >= 1000) {
-      lastLogged.set(op, now)
-      log.error('store call failed: requests that need it are refused (503)', { store: kind, op, error: (e as Error).message })
-    }
+    } else errors.failed(op, (e as Error).message)
     return e instanceof StoreError ? e : new StoreError(`${kind} ${op}: ${(e as Error).message}`, op, { cause: e })
   }
   // One promise a call, which times it, bounds it (a store out of process: a timer) and turns a
@@ -87,7 +87,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
         done = true
         if (timer !== undefined) clearTimeout(timer)
         observe(op, started)
-        if (ok) resolve(v as T)
+        if (ok) { errors.answered(); resolve(v as T) }
         else reject(failed(op, v))
       }
       let p: Promise<T>
@@ -174,6 +174,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     inProcess: inner.inProcess,
     sequence: inner.sequence,
     writeRefused: inner.writeRefused?.bind(inner),
+    replicaShortfalls: inner.replicaShortfalls?.bind(inner),
     retireEpoch: (note) => call('retire_epoch', () => inner.retireEpoch(note)),
     // read at each use: a store that connects late (./late.ts) has none before it connects
     get clock() { return inner.clock },
@@ -193,6 +194,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     }),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
+    unknownRecord: (key, now) => call('unknowns', () => inner.unknownRecord(key, now)),
     takeProbe: (key, p, now) => call('take_probe', () => inner.takeProbe(key, p, now)),
     settle: (key, probes, as, ttlMs, now) => call('settle', () => inner.settle(key, probes, as, ttlMs, now)),
     // a grant whose answer was lost is nobody's: its holder's next acquisition replaces it, another holder waits out its ttl

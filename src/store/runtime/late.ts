@@ -108,6 +108,7 @@ export function lateStore(kind: Store['kind'], open: () => Promise<Store>, log: 
       // store evicts, and it is never opened late), so it must not answer with a rejection
       if (prop === 'watchEvictions') return inner?.watchEvictions?.bind(inner)
       if (prop === 'writeRefused') return () => inner?.writeRefused?.()
+      if (prop === 'replicaShortfalls') return () => inner?.replicaShortfalls?.() ?? []
       if (prop === 'audit') return audit
       if (prop === 'close') {
         return async () => {

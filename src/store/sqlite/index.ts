@@ -2,8 +2,8 @@
  * SQLite store (better-sqlite3, WAL). The default: durable across restarts and kill -9, and
  * safe for several gateway processes on one host sharing the file (every check-and-set runs in
  * a `BEGIN IMMEDIATE` transaction, which takes SQLite's write lock before reading).
- * `synchronous = NORMAL` in WAL mode survives a process crash; a power loss can lose the last
- * commits, so set `store.synchronous: full` where the host may lose power.
+ * `synchronous = FULL` (the default) fsyncs the WAL at every commit, so what was answered survives
+ * a power loss too; `NORMAL` survives a process crash only (store.acceptRisks must name it).
  *
  * Group commit: the request-path writes (fence, admit, claim, finish, renew, release, register,
  * unregister) asked for within one turn of the event loop run in one transaction, in the order
@@ -72,7 +72,7 @@ export class SqliteStore implements Store {
 
   /** @throws StoreError when the file cannot be opened or initialised */
   constructor(options: SqliteStoreOptions) {
-    const { path, busyTimeoutMs = 1000, synchronous = 'normal', reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000 } = options
+    const { path, busyTimeoutMs = 1000, synchronous = 'full', reapIntervalMs = 60_000, auditRetentionMs = 7 * 86_400_000 } = options
     if (typeof path !== 'string' || !path) throw new TypeError('options.path must be a non-empty string')
     if (!Number.isInteger(busyTimeoutMs) || busyTimeoutMs < 0) throw new TypeError('options.busyTimeoutMs must be a non-negative integer')
     this.#busyTimeoutMs = busyTimeoutMs
@@ -228,6 +228,10 @@ export class SqliteStore implements Store {
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
     return this.#run('unknowns', () => this.#ops.unknowns(now, route, limit))
+  }
+
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
+    return this.#run('unknowns', () => this.#ops.unknownRecord(recordId(key), key, now))
   }
 
   /** The connection's own journal_mode and synchronous (0 off, 1 normal, 2 full, 3 extra): what `fencegate doctor` reports. */

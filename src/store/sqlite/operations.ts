@@ -12,7 +12,7 @@
 import type { Database as Db, Statement } from 'better-sqlite3'
 import { decideClaim, decideFinish, decideRelease, decideResolve, decideSettle, decideTakeProbe, parseRecordId, type IdemRecord } from '../shared/record-state.js'
 import { unknownOf } from '../shared/unknown-record.js'
-import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, ProbeTake, Registration, ReleaseResult, Resolution, ResolveResult, Settlement, SettleResult, UnknownRecord } from '../contract/store.js'
+import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, ProbeTake, Registration, ReleaseResult, Resolution, ResolveResult, RecordKey, Settlement, SettleResult, UnknownRecord } from '../contract/store.js'
 import { FENCES, RECORDS, REGISTRATIONS } from './sql.js'
 
 interface RecordRow {
@@ -174,6 +174,13 @@ export class Operations {
     if (write === null) this.#recDel.run(id)
     else if (write) this.#recPut.run(toRow(id, write))
     return result
+  }
+
+  unknownRecord(id: string, key: RecordKey, now: number): UnknownRecord | undefined {
+    const r = this.#get(id)
+    if (!r || r.expiresAt <= now) return undefined
+    const crashed = r.state === 'in_flight' && r.leaseUntil <= now
+    return r.state === 'unknown' || crashed ? unknownOf(key, r, crashed) : undefined
   }
 
   unknowns(now: number, route: string | undefined, limit: number): UnknownRecord[] {

@@ -10,7 +10,7 @@ export interface SqliteStoreOptions {
    * and initialised, which waits in the constructor.
    */
   busyTimeoutMs?: number
-  /** `normal` (default) survives a process crash, `full` also a power loss */
+  /** `full` (default) survives a power loss too, `normal` a process crash only */
   synchronous?: 'normal' | 'full'
   /** how often expired records are deleted, ms; default 60000 (0 turns the reaper off) */
   reapIntervalMs?: number

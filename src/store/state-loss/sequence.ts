@@ -61,9 +61,17 @@ export class WriteSequence {
     if (v > this.#seen) this.#seen = v
   }
 
+  readonly #resets: (() => void)[] = []
+
   /** After an operator accepted a loss: the store's sequence from now on is the one to follow. */
   reset(): void {
     this.#seen = 0n
+    for (const r of this.#resets) r()
+  }
+
+  /** Calls `fn` on every `reset` (a cluster's per-slot sequences: ../redis/cluster-history.ts). */
+  onReset(fn: () => void): void {
+    this.#resets.push(fn)
   }
 
   /** Calls `fn` with every refusal (the state watch: ./watch.ts). */
