@@ -76,6 +76,8 @@ export const DECISIONS: readonly Rule[] = [
     reason: 'no route takes this request, or its body is over the route\'s limit: a bug in the caller or the config' },
   { case: 'upstream-4xx', status: ['4xx'], action: 'dead-letter',
     reason: 'the upstream refused the request itself, and the answer is kept for the key: fix the job, a retry gets the same answer' },
+  { case: 'gateway-error', status: [500], problems: ['gateway-error'], action: 'surface',
+    reason: 'a bug on the gateway\'s request path (logged with the request id): whether the write went out is not known here, so surface it' },
   { case: 'upstream-5xx', status: ['5xx'], action: 'surface',
     reason: 'the upstream failed after it got the request (the answer is kept for the key and replayed): it may have had effects, so surface it rather than retry' },
   { case: 'unexpected', status: ['1xx', '3xx'], action: 'dead-letter',

@@ -23,8 +23,8 @@ export interface FencedFetchOptions {
 }
 
 /**
- * A fetch that sends `Fencing-Token` and `Idempotency-Key` (unless the request has them) and
- * is aborted by `signal` as well as by the request's own.
+ * A fetch that sends `Fencing-Token` and `Idempotency-Key` (unless the request has them), is
+ * aborted by `signal` as well as by the request's own, and does not follow redirects.
  * @throws what the underlying fetch throws; after `signal` aborted, its reason
  */
 export function fencedFetch(o: FencedFetchOptions): FetchLike {
@@ -37,7 +37,8 @@ export function fencedFetch(o: FencedFetchOptions): FetchLike {
     const signals = [o.signal, init.signal ?? undefined].filter((s): s is AbortSignal => s !== undefined)
     const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0]
     const url = typeof input === 'string' && o.gateway && input.startsWith('/') ? `${o.gateway.replace(/\/+$/, '')}${input}` : input
-    return base(url, { ...init, headers, ...(signal && { signal }) })
+    // a write's redirect is the answer, never followed (fetch would resend it, as a GET for a 302)
+    return base(url, { redirect: 'manual', ...init, headers, ...(signal && { signal }) })
   }
 }
 
@@ -63,7 +64,7 @@ export interface SendOptions {
   maxWaitMs?: number
   /** the first backoff when an answer gives no Retry-After, ms; it doubles per attempt (default 200) */
   backoffMs?: number
-  /** ends the waits (and so the loop) early */
+  /** the signal that aborts the requests (a lease's): ends the loop, and an abort is decided `stop` */
   signal?: AbortSignal
   /** sees every decision as it is made, with its answer */
   onAnswer?: (d: Decision, answer: { status: number; body: unknown; replayed: boolean }) => void
@@ -102,7 +103,7 @@ export async function send(f: FetchLike, input: string | URL, init: RequestInit 
       const decision = decide({ status: r.status, headers: r.headers, body })
       out = { decision, status: r.status, headers: r.headers, body, replayed: r.headers.get('idempotent-replayed') === 'true', attempts }
     } catch (error) {
-      const aborted = (init.signal?.aborted ?? false) || (error as Error)?.name === 'LeaseLostError' || (error as Error)?.name === 'AbortError'
+      const aborted = (o.signal?.aborted ?? false) || (init.signal?.aborted ?? false) || (error as Error)?.name === 'LeaseLostError'
       const decision: Decision = aborted
         ? { action: 'stop', case: 'aborted', reason: 'the request was aborted (the lease was lost, or the caller gave up): stop, do not retry with this token', status: 0 }
         : decide({ status: 0 })
