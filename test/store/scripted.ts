@@ -61,6 +61,10 @@ export class Scripted implements Store {
   unknowns = unused
   takeProbe = unused
   settle = unused
+  acquireLease = unused
+  renewLease = unused
+  releaseLease = unused
+  readLease = unused
   olderRegistered = unused
   markers = unused
   acceptLoss = unused

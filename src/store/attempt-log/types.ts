@@ -16,8 +16,12 @@ export interface AuditEntry {
    * (`result` its answer: applied, not_applied, undecided, error; `upstreamStatus`, `upstreamMs`,
    * `requestId` of the attempt it settles, `reason` what went wrong). A settlement by probe is a
    * `resolve` entry with `by` "probe".
+   * `lease`: the lease service (contract §3a) decided on the resource's lease: `result` granted,
+   * held, renewed, released, stale or expired (a takeover of a lease past its end: written with
+   * the grant, `token` the old lease's), `token` the lease's, `by` its holder, `leaseUntil` its end;
+   * `route` is LEASE_ROUTE.
    */
-  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe'
+  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe' | 'lease'
   /** hostname:pid of the gateway process (or the CLI) that wrote it */
   replica: string
   route: string
@@ -67,9 +71,14 @@ export interface AuditEntry {
   resolution?: 'completed' | 'failed'
   /** operator actions (`resolve`, `accept-loss`): why, as given with `--reason` or the admin body's `reason` */
   reason?: string
-  /** operator actions: who, e.g. `cli:alice@host-1` or `admin-api:10.0.0.7` */
+  /** operator actions: who, e.g. `cli:alice@host-1` or `admin-api:10.0.0.7`; a lease entry: its holder */
   by?: string
+  /** kind `lease`: when the lease ends (granted, renewed, held) or ended (released, expired), epoch ms */
+  leaseUntil?: number
 }
+
+/** The `route` of the lease service's entries: no route's name (names are [a-z0-9_-]+), so never one of theirs. */
+export const LEASE_ROUTE = '(leases)'
 
 /** Counts of one route over a window (contract §8, without `claim`). */
 export interface AuditCounts {

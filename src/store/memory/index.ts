@@ -20,6 +20,8 @@ import { RecordTable } from './records.js'
 import { RegisteredWrites } from './registrations.js'
 import type { MemoryCapacity, MemoryStoreOptions } from './options.js'
 import { WriteSequence } from '../state-loss/sequence.js'
+import { decideAcquire, decideRelease as decideLeaseRelease, decideRenew, readOf, type LeaseRow } from '../shared/lease-state.js'
+import type { Lease, LeaseChange, LeaseGrant } from '../contract/leases.js'
 import type { LossNote } from '../state-loss/note.js'
 
 export type { MemoryCapacity, MemoryStoreOptions } from './options.js'
@@ -227,6 +229,22 @@ export class MemoryStore implements Store {
       return out
     })
   }
+
+  /** contract §3a: each resource's lease, beside its mark; the grant raises the mark in the same section */
+  readonly #leases = new Map<string, LeaseRow>()
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> {
+    return this.#write('lease_acquire', () => {
+      const { result, write } = decideAcquire(resource, this.#leases.get(resource), this.#fences.get(resource), holder, ttlMs, now)
+      if (write) { this.#fence(resource, write.token, now, 'lease_acquire'); this.#leases.set(resource, write) }
+      return result
+    })
+  }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#changeLease('lease_renew', resource, (row, highest) => decideRenew(resource, row, highest, token, now)) }
+  releaseLease(resource: string, token: bigint): Promise<LeaseChange> { return this.#changeLease('lease_release', resource, (row, highest) => decideLeaseRelease(resource, row, highest, token)) }
+  #changeLease(op: string, resource: string, decide: (row: LeaseRow | undefined, highest: bigint | undefined) => { result: LeaseChange; write?: LeaseRow }): Promise<LeaseChange> {
+    return this.#write(op, () => { const { result, write } = decide(this.#leases.get(resource), this.#fences.get(resource)); if (write) this.#leases.set(resource, write); return result })
+  }
+  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#call('lease_read', () => readOf(resource, this.#leases.get(resource), now)) }
 
   /** `fencing.serialize: store` */
   readonly #registrations = new RegisteredWrites()
