@@ -3,16 +3,19 @@
  * gateway in front of a real upstream (test/helpers/upstream.ts answers each case) and one whose
  * store is down: the gateway really gives that answer, and the client decides what the table
  * says. `send`'s loop too: in flight → asked again after Retry-After → replayed; a timeout →
- * backed off → outcome unknown, surfaced with the key hash the gateway lists. The last test
- * checks every row of the table was met here or in test/client-lease.test.ts (lease-held).
+ * backed off → outcome unknown, surfaced with the key hash the gateway lists; the lease
+ * service's answers. The last test checks every row of the table was met by an answer here (a
+ * gateway-error by decide() alone: no gateway here has that bug).
  */
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { DECISIONS, decide, fencedFetch, keyHash, send, type FetchLike, type Sent } from '../src/client/index.js'
+import { DECISIONS, acquireLease, decide, fencedFetch, keyHash, releaseLease, renewLease, send, type FetchLike, type Sent } from '../src/client/index.js'
 import { refusedUrl, startTestGateway, withGateway, type TestGateway } from './helpers/gateway.js'
 import { send as get } from './helpers/http.js'
 
+const LEASE_TOKEN = 'lease-secret'
 const { up, gw } = withGateway(async (up) => ({
+  leases: { token: LEASE_TOKEN, resources: ['account:*'], defaultTtl: '5s', maxTtl: '10s' },
   routes: [
     { name: 'pay', path: '/pay/:res/*', upstream: up.url, maxRequestBytes: '2KiB',
       fencing: { resource: 'pay:{param.res}' }, idempotency: { required: true, maxResponseBytes: '1KiB' } },
@@ -170,6 +173,43 @@ describe('each answer of the gateway, decided as the table says', () => {
   })
 })
 
+describe('the lease service\'s answers', () => {
+  const service = () => ({ gateway: gw.url, authToken: LEASE_TOKEN })
+  test('201 → done; another holder meanwhile: 409 lease-held → retry-after, by Retry-After; the holder\'s renewal → done, its release → done', async () => {
+    const resource = `account:${fresh()}`
+    const a = await acquireLease(service(), resource, 'worker-a')
+    const b = await acquireLease(service(), resource, 'worker-b')
+    const renewed = await renewLease(service(), resource, a.body.token)
+    const released = await releaseLease(service(), resource, a.body.token)
+    for (const r of [a, b, renewed, released]) met.add(r.decision.case)
+    expect([a, b, renewed, released].map((r) => `${r.status} ${r.decision.action} ${r.decision.case}`)).toEqual(['201 done applied', '409 retry-after lease-held', '200 done applied', '204 done applied'])
+    expect(b.decision.retryAfterMs).toBeGreaterThanOrEqual(1000)
+    expect(b.body).toMatchObject({ holder: 'worker-a' })
+  })
+
+  test('a released lease\'s token: 412 → stop, on renew and release', async () => {
+    const resource = `account:${fresh()}`
+    const a = await acquireLease(service(), resource, 'worker-a')
+    await releaseLease(service(), resource, a.body.token)
+    const answers = [await renewLease(service(), resource, a.body.token), await releaseLease(service(), resource, a.body.token)]
+    expect(answers.map((r) => `${r.status} ${r.decision.action} ${r.decision.problem}`)).toEqual(['412 stop stale-fencing-token', '412 stop stale-fencing-token'])
+  })
+
+  test('no Bearer token: 401 → dead-letter; a ttl over maxTtl, no holder: 400 → dead-letter; a resource outside leases.resources: 404 → dead-letter', async () => {
+    const resource = `account:${fresh()}`
+    const answers = [
+      await acquireLease({ gateway: gw.url }, resource, 'w'),
+      await acquireLease(service(), resource, 'w', '1h'),
+      await acquireLease(service(), resource, ''),
+      await acquireLease(service(), `ledger:${fresh()}`, 'w'),
+    ]
+    for (const r of answers) met.add(r.decision.case)
+    expect(answers.map((r) => `${r.status} ${r.decision.problem} ${r.decision.action}`)).toEqual([
+      '401 lease-token-required dead-letter', '400 lease-request-invalid dead-letter', '400 lease-request-invalid dead-letter', '404 no-route dead-letter',
+    ])
+  })
+})
+
 describe('a store that cannot answer', () => {
   let down: TestGateway
   beforeAll(async () => {
@@ -194,10 +234,8 @@ describe('a store that cannot answer', () => {
 describe('the table', () => {
   test('decide() is what the rows say for answers no gateway here gives', () => {
     const gatewayError = decide({ status: 500, headers: {}, body: { type: 'urn:fencegate:problem:gateway-error' } })
-    const held = decide({ status: 409, headers: { 'retry-after': '2' }, body: { type: 'urn:fencegate:problem:lease-held' } })
-    for (const d of [gatewayError, held]) met.add(d.case)
+    met.add(gatewayError.case)
     expect(gatewayError).toMatchObject({ action: 'surface', case: 'gateway-error' })
-    expect(held).toMatchObject({ action: 'retry-after', case: 'lease-held', retryAfterMs: 2000 })
   })
 
   test('every row was met by an answer', () => {
