@@ -16,7 +16,7 @@
  */
 import { hostname } from 'node:os'
 import { randomBytes } from 'node:crypto'
-import type { Decision } from './decisions.js'
+import { decide, type Decision } from './decisions.js'
 import { acquireLease, releaseLease, renewLease, type LeaseBody, type LeaseService } from './lease-api.js'
 import { fencedFetch, send, type FetchLike, type Sent, type SendOptions } from './send.js'
 
@@ -79,6 +79,10 @@ export interface Lease {
   send(input: string | URL, init?: RequestInit, o?: SendOptions): Promise<Sent>
 }
 
+const problemBody = (bytes: ArrayBuffer): unknown => {
+  try { return JSON.parse(Buffer.from(bytes).toString('utf8')) } catch { return undefined }
+}
+
 const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
   const t = setTimeout(resolve, ms)
   signal?.addEventListener('abort', () => { clearTimeout(t); resolve() }, { once: true })
@@ -135,8 +139,12 @@ export async function withLease<T>(resource: string, fn: (lease: Lease) => Promi
   const leaseFetch = fencedFetch({ gateway: o.gateway, token, key: o.key, signal: control.signal, fetch: o.fetch })
   const watched: FetchLike = async (input, init) => {
     const r = await leaseFetch(input, init)
-    if (r.status === 412) lose('stale')
-    return r
+    if (r.status !== 412) return r
+    // read the refusal before the abort, which would cut its body off
+    const body = await r.arrayBuffer()
+    const refused = new Response(body, { status: r.status, statusText: r.statusText, headers: r.headers })
+    lose('stale', decide({ status: r.status, headers: r.headers, body: problemBody(body) }))
+    return refused
   }
   const lease: Lease = {
     resource, token, holder,
