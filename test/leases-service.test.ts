@@ -3,7 +3,8 @@
 // holder's write at the fence, the lease decisions on the resource's timeline and in
 // fencegate_leases_total.
 import { describe, expect, test } from 'vitest'
-import { freePort, startTestGateway, withGateway } from './helpers/gateway.js'
+import { freePort, gatewayConfig, startTestGateway, withGateway, type GatewaySpec } from './helpers/gateway.js'
+import { parseConfig } from '../src/config/load.js'
 import { startUpstream } from './helpers/upstream.js'
 import { expectProblem, metric, metrics, post, send } from './helpers/http.js'
 import { until } from './helpers/wait.js'
@@ -231,6 +232,27 @@ describe('defaultTtl: advice', () => {
     } finally {
       await gw.close()
       await up.close()
+    }
+  })
+})
+
+describe('SIGHUP', () => {
+  test('a reload applies a changed leases block to the calls after it; a lease granted before keeps its token; without leases the path goes to the routes', async () => {
+    const spec = (leases?: GatewaySpec['leases']): GatewaySpec => ({ leases, routes: [{ name: 'plain', path: '/plain/*', upstream: 'http://127.0.0.1:9' }] })
+    const gw = await startTestGateway(spec({ resources: ['account:*'], defaultTtl: '30s' }))
+    const reload = (leases?: GatewaySpec['leases']) => gw.reload(parseConfig(gatewayConfig(spec(leases)), `${gw.dir}/fencegate.yaml`))
+    try {
+      const at = (r: string) => `${gw.url}/_fencegate/leases/${encodeURIComponent(r)}`
+      expect((await post(at('account:a'), { holder: 'w' })).json().token).toBe('1')
+      expect(await reload({ resources: ['account:*', 'ledger:*'], token: 'new-secret', defaultTtl: '30s' })).toMatchObject({ applied: true })
+      expectProblem(await post(at('ledger:l'), { holder: 'w' }), { status: 401, type: 'lease-token-required' })
+      expect((await post(at('ledger:l'), { holder: 'w' }, { authorization: 'Bearer new-secret' })).status).toBe(201)
+      const kept = await send(at('account:a'), { headers: { authorization: 'Bearer new-secret' } })
+      expect(kept.json()).toMatchObject({ token: '1', holder: 'w' })
+      expect(await reload(undefined)).toMatchObject({ applied: true })
+      expectProblem(await post(at('account:a'), { holder: 'w' }), { status: 404, type: 'no-route', detail: 'No route of this gateway' })
+    } finally {
+      await gw.close()
     }
   })
 })
