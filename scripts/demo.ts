@@ -244,7 +244,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<LeaseDemoResul
       say(formatTimeline(timeline).split('\n').map((l) => `    ${l}`).join('\n'))
       checkTimeline(s, timeline, aToken, bToken, expect)
       const refused = timeline.entries.find((e) => e.kind === 'attempt' && e.token === aToken && e.outcome === 'stale')
-      if (refused) s.checks.push(`worker A's late charge reached the gateway and was refused 412${refused.lateMs !== undefined ? `, ${Math.round(refused.lateMs)} ms after token ${bToken} took over` : ''}`)
+      if (refused) say(`    worker A's late charge reached the gateway and was refused 412${refused.lateMs !== undefined ? `, ${Math.round(refused.lateMs)} ms after token ${bToken} took over` : ''}`)
+      say()
       finish(s, `lease granted to worker-a (${aToken}), expired, taken over by worker-b (${bToken}) and released; worker A's renewal refused; no write with token ${aToken} forwarded after the takeover`)
     }
 
