@@ -59,6 +59,7 @@ export class Scripted implements Store {
   renew = unused
   resolve = unused
   unknowns = unused
+  unknownRecord = unused
   takeProbe = unused
   settle = unused
   olderRegistered = unused
