@@ -6,12 +6,25 @@
  *        Idempotency-Key: job-<id>     one key per job, the same on every delivery
  *        X-Job-Id: <id>                the fenced resource: job:{header.X-Job-Id}
  *
- * The job, not the account, is the fenced resource: a broker's delivery count orders the
- * deliveries of one message, not two jobs writing one account (docs/exactly-once.md, "Where the
- * generation comes from"). Every request opens its own connection: a worker frozen with SIGSTOP
- * must not wake up holding a pooled socket the server closed while it slept.
+ * Written on fencegate/client: `fencedFetch` adds the token and key, `send` asks again while the
+ * answer says so, and its decision table (docs/requests.md, "What a client should do") says what
+ * the worker does with the last answer.
+ *
+ * The job, not the account, is the fenced resource, and its token comes from the BROKER: a
+ * delivery count orders the deliveries of one message, not two jobs writing one account
+ * (docs/exactly-once.md, "Where the generation comes from"). A worker that fences the account
+ * takes its token from the gateway's lease service instead (examples/relay).
  */
-import { call, sleep } from './relay/http.js'
+import { Agent, fetch as undiciFetch } from 'undici'
+import { fencedFetch, keyHash, send, type Decision, type FetchLike } from '../src/client/index.js'
+
+/**
+ * fetch on a fresh connection per request: a worker frozen with SIGSTOP must not wake up holding
+ * a pooled socket the server closed while it slept.
+ */
+const fresh = new Agent({ pipelining: 0, keepAliveTimeout: 1 })
+export const freshFetch: FetchLike = (input, init) =>
+  undiciFetch(input, { ...(init as object), dispatcher: fresh }) as unknown as Promise<Response>
 
 export interface ChargeJob {
   id: string
@@ -30,6 +43,8 @@ export interface ChargeReply {
   status: number
   replayed: boolean
   body: any
+  /** what the client decided (fencegate/client's table): action and case */
+  decision: Pick<Decision, 'action' | 'case'> & { retryAfterMs?: number }
   /** epoch ms: the request was sent, its answer came */
   sentAt: number
   doneAt: number
@@ -48,28 +63,34 @@ shutdown:
 ${routes(paymentsUrl, 'job:{header.X-Job-Id}')}`
 }
 
-/** One charge request; `attempt` only labels it. Rejects on a socket error. */
-export async function charge(gateway: string, job: ChargeJob, token: number, attempt: number): Promise<ChargeReply> {
-  const sentAt = Date.now()
-  const r = await call('POST', `${gateway}/accounts/${encodeURIComponent(job.account)}/charges`, { amount: job.amount, currency: job.currency }, {
-    'fencing-token': String(token),
-    'idempotency-key': `job-${job.id}`,
-    'x-job-id': job.id,
-  })
-  return { job: job.id, token, attempt, status: r.status, replayed: r.headers['idempotent-replayed'] === 'true', body: r.json ?? r.text, sentAt, doneAt: Date.now() }
-}
+/** The job's Idempotency-Key: one per job, the same on every delivery. */
+export const jobKey = (job: Pick<ChargeJob, 'id'>) => `job-${job.id}`
 
 /**
- * Charges, and asks again while the gateway answers 409 request-in-flight (an earlier delivery's
- * request is still at the upstream) after a short wait that grows to 1 s (Retry-After is whole
- * seconds, and such requests are short), at most `tries` times in all.
- * `onReply` sees every answer.
+ * Sends the job's charge with the delivery's token through fencegate/client's `send`: asked
+ * again with the same key and token while the decision is retry-after (409 request-in-flight,
+ * after Retry-After) or backoff (503, 502, 504, no answer), at most `tries` requests and 10 s
+ * of waiting. `onReply` sees every answer with its decision; the last one is returned.
  */
 export async function chargeUntilSettled(gateway: string, job: ChargeJob, token: number, onReply: (r: ChargeReply) => void, tries = 20): Promise<ChargeReply> {
-  for (let attempt = 1; ; attempt++) {
-    const r = await charge(gateway, job, token, attempt)
-    onReply(r)
-    if (r.status !== 409 || r.body?.type !== 'urn:fencegate:problem:request-in-flight' || attempt >= tries) return r
-    await sleep(Math.min(1000, 100 * attempt))
-  }
+  let sentAt = 0
+  const timed: FetchLike = (input, init) => { sentAt = Date.now(); return freshFetch(input, init) }
+  let attempt = 0
+  let last: ChargeReply | undefined
+  await send(fencedFetch({ gateway, token, key: jobKey(job), fetch: timed }), `/accounts/${encodeURIComponent(job.account)}/charges`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-job-id': job.id },
+    body: JSON.stringify({ amount: job.amount, currency: job.currency }),
+  }, {
+    maxAttempts: tries,
+    maxWaitMs: 10_000,
+    onAnswer: (d, a) => {
+      last = { job: job.id, token, attempt: ++attempt, status: a.status, replayed: a.replayed, body: a.body, decision: { action: d.action, case: d.case, ...(d.retryAfterMs !== undefined && { retryAfterMs: d.retryAfterMs }) }, sentAt, doneAt: Date.now() }
+      onReply(last)
+    },
+  })
+  return last!
 }
+
+/** What a dead-lettered job carries for an operator: the decision and the key hash (`fencegate resolve --key-hash`). */
+export const deadLetterFields = (job: ChargeJob, r: ChargeReply) => ({ job: job.id, decision: r.decision, status: r.status, problem: r.body?.type, keyHash: keyHash(jobKey(job)) })

@@ -62,7 +62,8 @@ export function parseCounters(exposition: string): Map<string, { name: string; l
   return out
 }
 
-function diff(before: ReturnType<typeof parseCounters>, after: ReturnType<typeof parseCounters>): MetricDelta[] {
+/** The counter series that changed between two readings of /metrics. */
+export function diff(before: ReturnType<typeof parseCounters>, after: ReturnType<typeof parseCounters>): MetricDelta[] {
   const out: MetricDelta[] = []
   for (const [series, a] of after) {
     const delta = a.value - (before.get(series)?.value ?? 0)
@@ -80,7 +81,7 @@ const flatHeaders = (h: Record<string, string | string[] | undefined>): Record<s
   return out
 }
 
-const STATUS_TEXT: Record<number, string> = { 200: 'OK', 201: 'Created', 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 409: 'Conflict', 412: 'Precondition Failed', 422: 'Unprocessable Content', 428: 'Precondition Required', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' }
+export const STATUS_TEXT: Record<number, string> = { 200: 'OK', 201: 'Created', 204: 'No Content', 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 409: 'Conflict', 412: 'Precondition Failed', 422: 'Unprocessable Content', 428: 'Precondition Required', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' }
 
 /** Where a story runs and what it prints to. */
 export interface StoryOptions {
@@ -150,11 +151,19 @@ export function narrator(o: StoryOptions, agent: Agent) {
     return step
   }
 
+  /** A step another process made (a worker's answer): printed by the caller, checked with expect. */
+  const observe = (actor: string, action: string) => {
+    const step: DemoStep = { n: steps.length + 1, actor, action, metrics: [], checks: [], failures: [], ok: true }
+    steps.push(step)
+    say(`[${step.n}] ${actor}: ${action}`)
+    return step
+  }
+
   const finish = (step: DemoStep, holds: string) => {
     if (step.metrics.length) {
       say('    metrics:')
       for (const d of step.metrics) say(`      ${d.series} ${d.delta > 0 ? '+' : ''}${d.delta}`)
-    } else if (metricsAvailable) {
+    } else if (metricsAvailable && step.http) {
       say('    metrics: no fencegate_* counter changed')
     }
     step.ok = step.failures.length === 0
@@ -169,7 +178,7 @@ export function narrator(o: StoryOptions, agent: Agent) {
     expect(step, sumDelta(step.metrics, name, labels) >= 1, `${shown} went up`)
   }
 
-  return { say, steps, narrate, exchange, finish, expect, expectMetric, metricsAvailable: () => metricsAvailable }
+  return { say, steps, narrate, observe, exchange, finish, expect, expectMetric, readMetrics, metricsAvailable: () => metricsAvailable }
 }
 
 /** The JSON of a body, or undefined when it is none. */

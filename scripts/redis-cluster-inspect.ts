@@ -24,10 +24,11 @@ export function clusterHandle(g: ReturnType<typeof group>): LocalCluster {
       for (const n of live()) {
         const text = await onNode(n.port, async (r) => String(await r.cluster('NODES')))
         if (text === undefined) continue
-        // <id> <ip:port@bus> <flags> <master id> ...; flags e.g. "myself,master" or "master,fail"
+        // <id> <ip:port@bus> <flags> <master id> <ping> <pong> <epoch> <link> <slot>...; flags e.g.
+        // "myself,master" or "master,fail"; a master without slots (a node not yet made a replica) serves nothing
         return text.split('\n').filter(Boolean).map((l) => l.split(' ')).filter((f) => {
           const flags = f[2].split(',')
-          return flags.includes('master') && !flags.includes('fail') && !flags.includes('fail?')
+          return flags.includes('master') && !flags.includes('fail') && !flags.includes('fail?') && f.length > 8
         }).map((f) => Number(f[1].split('@')[0].split(':').pop()))
       }
       return []

@@ -32,6 +32,7 @@ import type { AuditQueue } from './audit/queue.js'
 import { attemptEntry } from './audit/entry.js'
 import { timelineLink } from './ui/links.js'
 import { newId } from './ids.js'
+import { LeaseService } from './leases/service.js'
 
 export interface Gateway {
   /**
@@ -191,7 +192,11 @@ export function createGateway(config: Config, store: Store, metrics: Metrics, lo
   }
 
   const observed = observe({ metrics, log, logConfig: config.log, audit, publicUrl: config.admin.publicUrl }, route)
-  const handle: Gateway['handle'] = (incoming, outgoing, url) => observed(incoming, outgoing, url).catch((err) => {
+  // contract §3a: the lease service before the routes; without it, not even the prefix compare
+  const leases = config.leases ? new LeaseService(config, store, metrics, audit, watch) : undefined
+  const observedOrLease: Gateway['handle'] = leases === undefined ? observed : (incoming, outgoing, url) =>
+    (incoming.url?.startsWith(leases.prefix) && leases.owns(incoming.url) ? leases.handle(incoming, outgoing) : observed(incoming, outgoing, url))
+  const handle: Gateway['handle'] = (incoming, outgoing, url) => observedOrLease(incoming, outgoing, url).catch((err) => {
     // a bug in observing itself: answered if nothing was, never left hanging
     log.error('unexpected error on the request path', { error: (err as Error)?.message })
     refuse({ outgoing, facts: newFacts(newId(), incoming.method ?? 'GET') }, gatewayError(), { idHeader })

@@ -38,6 +38,12 @@ export const PROBLEMS = {
   'store-state-lost': { status: 503, title: 'Store lost its state', outcome: 'store_error' },
   'store-unavailable': { status: 503, title: 'Store unavailable', outcome: 'store_error' },
   'serialize-timeout': { status: 503, title: 'Older writes to this resource still in flight', outcome: 'serialize_timeout' },
+  // the lease service (contract §3a, src/leases/): not request outcomes, never counted in fencegate_requests_total
+  'lease-held': { status: 409, title: 'Another holder\'s lease on this resource is live', outcome: 'bad_request' },
+  'lease-request-invalid': { status: 400, title: 'Lease request not accepted', outcome: 'bad_request' },
+  'lease-not-found': { status: 404, title: 'No live lease on this resource', outcome: 'bad_request' },
+  'lease-token-required': { status: 401, title: 'Lease service token required', outcome: 'bad_request' },
+  'method-not-allowed': { status: 405, title: 'Method not allowed', outcome: 'bad_request' },
   'unauthorized': { status: 401, title: 'Admin token required', outcome: 'bad_request' },
   'forbidden': { status: 403, title: 'Admin write action not allowed', outcome: 'bad_request' },
   // admin API (audit, resolve): not request outcomes, never counted in fencegate_requests_total

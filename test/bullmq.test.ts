@@ -8,6 +8,7 @@
  *   The ledger holds one charge and the gateway counts one stale rejection.
  * - a retry after a lost ack: attemptsStarted grows on a retry too, and the retry's charge is
  *   replayed, not applied again.
+ * - a job whose key was spent on another request (422): dead-lettered at once, not retried.
  * Every run uses its own BullMQ prefix and leaves no key behind.
  */
 import { fileURLToPath } from 'node:url'
@@ -21,6 +22,7 @@ import { createChargeWorker, type ChargeJobData, type ChargeReply } from '../exa
 import { startTestGateway, type TestGateway } from './helpers/gateway.js'
 import { metric, metrics, send } from './helpers/http.js'
 import { until } from './helpers/wait.js'
+import { keyHash } from '../src/client/index.js'
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const viteNode = fileURLToPath(new URL('../node_modules/vite-node/vite-node.mjs', import.meta.url))
@@ -65,12 +67,12 @@ describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as t
     expect(r.aToken).toBe(1)
     expect(r.bReplies.length).toBeGreaterThanOrEqual(1)
     const bFirst = r.bReplies[0]
-    expect(bFirst).toMatchObject({ status: 201, replayed: false, jobId: r.jobId })
+    expect(bFirst).toMatchObject({ status: 201, replayed: false, jobId: r.jobId, decision: { action: 'done', case: 'applied' } })
     expect(bFirst.token).toBeGreaterThanOrEqual(2)
     const highest = Math.max(...r.bReplies.map((x) => x.token))
 
     // A's charge after its release: old token, same key → refused before the key's stored response
-    expect(r.aReply).toMatchObject({ status: 412, token: 1, jobId: r.jobId })
+    expect(r.aReply).toMatchObject({ status: 412, token: 1, jobId: r.jobId, decision: { action: 'stop', case: 'stale-fencing-token' } })
     expect(r.aReply!.body).toMatchObject({ type: 'urn:fencegate:problem:stale-fencing-token', resource: `bullmq-job:${r.jobId}`, token: '1', highestToken: String(highest) })
     expect(r.aBullmq.some((m) => /lock/i.test(m))).toBe(true) // BullMQ told A it had lost the lock, after the fact
 
@@ -114,7 +116,7 @@ describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as t
       }, { timeoutMs: 20_000, intervalMs: 25, message: 'the retried job to complete' })
       expect(job.attemptsStarted).toBe(2)
       expect(job.attemptsMade).toBe(2)
-      expect(replies.map((x) => [x.token, x.status, x.replayed])).toEqual([[1, 201, false], [2, 201, true]])
+      expect(replies.map((x) => [x.token, x.status, x.replayed, x.decision.case])).toEqual([[1, 201, false, 'applied'], [2, 201, true, 'replayed']])
       expect(replies[1].body).toEqual(replies[0].body)
       const ledger = (await send(`${payments.url}/accounts/${account}/charges`)).json().charges
       expect(ledger).toHaveLength(1)
@@ -127,5 +129,37 @@ describe('examples/bullmq: job.attemptsStarted as the fencing token, job.id as t
       if (keys.length) await redis.del(...keys)
     }
     expect(await redis.keys(`${prefix}:*`)).toEqual([])
+  })
+
+  it('a 422 idempotency-key-reused is dead-lettered: failed at once (UnrecoverableError), not retried, the key hash in the reason', async () => {
+    const prefix = `fg-bullmq-test-${randomUUID().slice(0, 8)}`
+    const connection = { url: REDIS_URL, maxRetriesPerRequest: null }
+    const queue = new Queue<ChargeJobData>('charges', { connection, prefix })
+    const replies: ChargeReply[] = []
+    const worker = createChargeWorker({ gateway: gateway.url, queue: 'charges', connection, prefix, onReply: (reply) => { replies.push(reply) } })
+    worker.on('error', () => {})
+    try {
+      const jobId = `charge-${randomUUID()}`
+      const account = `acct-${randomUUID().slice(0, 8)}`
+      // the key was spent on another request before: the job's charge reuses it
+      const first = await send(`${gateway.url}/accounts/${account}/charges`, { method: 'POST', headers: { 'content-type': 'application/json', 'fencing-token': '1', 'idempotency-key': jobId }, body: JSON.stringify({ amount: 1, currency: 'eur' }) })
+      expect(first.status).toBe(201)
+      await queue.add('charge', { account, amount: 990, currency: 'eur' }, { jobId, attempts: 3, backoff: { type: 'fixed', delay: 100 } })
+      const job = await until(async () => {
+        const j = await queue.getJob(jobId)
+        return j && (await j.isFailed()) ? j : undefined
+      }, { timeoutMs: 20_000, intervalMs: 25, message: 'the job to fail' })
+      expect(replies.map((x) => [x.status, x.decision.action, x.decision.case])).toEqual([[422, 'dead-letter', 'idempotency-key-reused']])
+      expect(job.attemptsMade).toBe(1)
+      expect(job.failedReason).toContain(keyHash(jobId))
+      const ledger = (await send(`${payments.url}/accounts/${account}/charges`)).json().charges
+      expect(ledger).toHaveLength(1)
+    } finally {
+      await worker.close()
+      await queue.obliterate({ force: true }).catch(() => {})
+      await queue.close()
+      const keys = await redis.keys(`${prefix}:*`)
+      if (keys.length) await redis.del(...keys)
+    }
   })
 })

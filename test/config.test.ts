@@ -85,6 +85,16 @@ describe('check-config', () => {
     ['no routes', GOOD.slice(0, GOOD.indexOf('routes:')) + 'routes: []\n', 'routes: needs at least one route'],
     ['unset environment variable', GOOD.replace('http://127.0.0.1:9090', '${FG_TEST_UPSTREAM_UNSET}'), 'routes[0].upstream.url: environment variable FG_TEST_UPSTREAM_UNSET is not set'],
     ['not YAML', 'routes: [\n', 'not valid YAML'],
+    // contract §3a
+    ['leases without resources', GOOD + 'leases:\n  maxTtl: 5m\n', 'leases.resources: is required'],
+    ['leases with no resource pattern', GOOD + 'leases:\n  resources: []\n', 'leases.resources: must list at least one resource pattern'],
+    ['a lease pattern with a * inside', GOOD + 'leases:\n  resources: ["a*b"]\n', 'leases.resources[0]: may hold one *, at the end only'],
+    ['a defaultTtl neither a duration nor advice', GOOD + 'leases:\n  resources: ["account:*"]\n  defaultTtl: adivce\n', 'leases.defaultTtl: "adivce" is neither a duration'],
+    ['a defaultTtl above maxTtl', GOOD + 'leases:\n  resources: ["account:*"]\n  defaultTtl: 10m\n  maxTtl: 5m\n', 'leases.defaultTtl: must be between 1s and maxTtl'],
+    ['a maxTtl below 1 s', GOOD + 'leases:\n  resources: ["account:*"]\n  maxTtl: 500ms\n', 'leases.maxTtl: must be at least 1s'],
+    ['a maxTtl that is no duration', GOOD + 'leases:\n  resources: ["account:*"]\n  maxTtl: 300\n', 'leases.maxTtl: 300 is not a duration'],
+    ['a lease path ending in /', GOOD + 'leases:\n  resources: ["account:*"]\n  path: /leases/\n', 'leases.path: must be a path'],
+    ['a route under the lease path', GOOD + 'leases:\n  resources: ["account:*"]\n  path: /accounts\n', 'routes[0].match.path: route payments never matches: every request to /accounts/:account/* is a call of the lease service'],
     // issue 15 §4: in the config's own terms, with "did you mean"
     ['a misspelt top-level key', GOOD.replace('store:', 'stroe:'), 'stroe: unknown key (did you mean "store"?)'],
     ['a misspelt nested key', GOOD.replace('      resource: "account:{param.account}"', '      resource: "account:{param.account}"\n      tokenHeadr: X-Token'), 'routes[0].fencing.tokenHeadr: unknown key (did you mean "tokenHeader"?)'],

@@ -17,7 +17,7 @@ const DS = { type: 'prometheus', uid: '${datasource}' }
 // (or, in an instant query — a stat panel's count over the time range — $__range)
 const RANGE_FUNCTIONS = /\b(rate|irate|increase|delta|idelta|deriv|changes|resets|[a-z]+_over_time)\s*\(/g
 // metrics without a route label: not filtered by $route
-const ROUTELESS = /fencegate_store_|fencegate_audit_dropped_total|fencegate_config_reloads_total|process_|nodejs_/
+const ROUTELESS = /fencegate_store_|fencegate_audit_dropped_total|fencegate_leases_total|fencegate_config_reloads_total|process_|nodejs_/
 // the scope every series selector starts with: the job, namespace and pod variables
 const SCOPE = 'job=~"$job",namespace=~"$namespace",pod=~"$pod"'
 const SCOPE_RE = SCOPE.replace(/[$.*]/g, '\\$&')
@@ -59,8 +59,15 @@ describe('dashboards/fencegate.json', () => {
     }
   })
 
-  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency, leases', () => {
-    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency', 'Leases', 'Pods'])
+  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency, leases, lease service, pods', () => {
+    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency', 'Leases', 'Lease service', 'Pods'])
+  })
+
+  test('lease service: calls by result, and leases lost to expiry per hour (fencegate_leases_total, contract §3a)', () => {
+    const row = inRow('Lease service')
+    expect(row.map((p: any) => p.title)).toEqual(['Lease calls by result', 'Leases lost per hour'])
+    expect(row[0].targets[0].expr).toBe(`sum by (result) (rate(fencegate_leases_total{${SCOPE}}[$__rate_interval]))`)
+    expect(row[1].targets[0].expr).toBe(`sum(rate(fencegate_leases_total{${SCOPE},result="expired"}[$__rate_interval])) * 3600`)
   })
 
   test('panels do not overlap and fill whole rows of the 24-column grid', () => {

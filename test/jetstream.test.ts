@@ -45,10 +45,11 @@ describe('examples/jetstream: the seed timeline on JetStream', () => {
     expect(r.failures, output).toEqual([])
     expect(r.ok).toBe(true)
     expect(r.tokens).toEqual({ a: 1, b: 2 })
-    expect(r.charges.a1).toMatchObject({ status: 201, replayed: false, token: 1 })
-    expect(r.charges.b).toMatchObject({ status: 201, replayed: true, token: 2 })
+    // fencegate/client's decisions: applied → done, replayed → done, stale → stop (no ack)
+    expect(r.charges.a1).toMatchObject({ status: 201, replayed: false, token: 1, decision: { action: 'done', case: 'applied' } })
+    expect(r.charges.b).toMatchObject({ status: 201, replayed: true, token: 2, decision: { action: 'done', case: 'replayed' } })
     expect(r.charges.b!.body).toEqual(r.charges.a1!.body)
-    expect(r.charges.a2).toMatchObject({ status: 412, token: 1, body: { type: 'urn:fencegate:problem:stale-fencing-token', resource: 'job:9', token: '1', highestToken: '2' } })
+    expect(r.charges.a2).toMatchObject({ status: 412, token: 1, decision: { action: 'stop', case: 'stale-fencing-token' }, body: { type: 'urn:fencegate:problem:stale-fencing-token', resource: 'job:9', token: '1', highestToken: '2' } })
     expect(r.broker).toMatchObject({ deliveries: 2, ackPending: 0, pending: 0 })
     expect(r.ledger).toHaveLength(1)
     expect(r.ledger![0]).toMatchObject({ account: r.account, fencingToken: '1', idempotencyKey: 'job-9' })
@@ -138,6 +139,9 @@ describe('many workers on one JetStream consumer, paused past ack_wait and dropp
       else if (before.length) expect(w, 'a write sent after the job\'s first attempt completed').toMatchObject({ status: 201, replayed: true })
       if (w.status === 409) expect(w.body.type).toBe('urn:fencegate:problem:request-in-flight')
       else expect([201, 412]).toContain(w.status)
+      // the client's decision for each answer is the table's
+      const want = w.status === 409 ? 'retry-after request-in-flight' : w.status === 412 ? 'stop stale-fencing-token' : w.replayed ? 'done replayed' : 'done applied'
+      expect(`${w.decision.action} ${w.decision.case}`, JSON.stringify(w)).toBe(want)
     }
     const stale = charges.filter((c) => c.status === 412)
     const replayed = charges.filter((c) => c.status === 201 && c.replayed)
@@ -145,7 +149,8 @@ describe('many workers on one JetStream consumer, paused past ack_wait and dropp
     expect(stale.length).toBeGreaterThan(0)
     expect(replayed.length).toBeGreaterThan(0)
     expect(charges.filter((c) => c.status === 201 && !c.replayed)).toHaveLength(JOBS)
-    // a stale delivery never acked: its job was acked by a later one
+    // a stale delivery never acked: its job was acked by a later one; nothing was dead-lettered
+    expect(of('dead-letter')).toEqual([])
     for (const a of of('abandoned')) expect(claims.some((c) => c.job === a.job && c.token > a.token)).toBe(true)
 
     // the gateway's report: its counts are the workers' answers, its generations the broker's deliveries

@@ -22,6 +22,7 @@ const HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</scr
 const { up, gw } = withGateway((up) => ({
   admin: { token: READ, writeToken: WRITE },
   store: { kind: 'sqlite', path: '@DIR@/fg.db' },
+  leases: { resources: ['account:lease-*'], defaultTtl: '1s' },
   routes: [
     { name: 'payments', path: '/accounts/:account/*', methods: ['POST'], upstream: up.url,
       fencing: { resource: 'account:{param.account}' }, idempotency: { required: true, lease: '5s' } },
@@ -326,6 +327,29 @@ describe('the audit view', () => {
     await shot('phone')
     await page.setViewportSize({ width: 1280, height: 800 })
   }, 60_000)
+
+  test('a resource\'s lease bars: each token the lease service granted gets a bar from its grant to its end in its lane; the takeover raises the mark; the old holder\'s write is refused', async () => {
+    const r = `lease-ui-${Date.now()}`
+    const lease = (holder: string) => post(`${gw.url}/_fencegate/leases/account%3A${r}`, { holder })
+    const pay = (token: string, key: string) => post(`${gw.url}/accounts/${r}/charges`, { amount: 1 }, { 'fencing-token': token, 'idempotency-key': key })
+    expect((await lease('worker-a')).json().token).toBe('1')
+    expect((await pay('1', `${r}-a`)).status).toBe(201)
+    expect((await send(`${gw.url}/_fencegate/leases/account%3A${r}`, { method: 'PUT', headers: { 'fencing-token': '1' } })).status).toBe(200)
+    const taken = await until(async () => { const g = await lease('worker-b'); return g.status === 201 && g.json() }, { timeoutMs: 10_000, intervalMs: 300 })
+    expect(taken.token).toBe('2')
+    expect((await pay('1', `${r}-late`)).status).toBe(412)
+    expect((await pay('2', `${r}-b`)).status).toBe(201)
+    await gw.audit.flush()
+    await openWithToken(`/ui/timeline?resource=${encodeURIComponent(`account:${r}`)}`)
+    await page.locator('svg.timeline').waitFor()
+    expect(await page.locator('svg.timeline g.lane').evaluateAll((gs) => gs.map((g) => g.getAttribute('data-lane')))).toEqual(['token 1', 'token 2', 'high-water mark', 'upstream'])
+    expect(await page.locator('svg.timeline rect[data-lease]').evaluateAll((rs) => rs.map((x) => x.getAttribute('data-lease')))).toEqual(['1', '2'])
+    expect(await page.locator('svg.timeline rect[data-lease="1"] title').textContent()).toMatch(/^token 1: leased to worker-a for /)
+    const words = await page.locator('svg.timeline g.attempt[data-lane="token 1"] text').allTextContents()
+    expect(words).toEqual(expect.arrayContaining(['lease granted (worker-a)', 'lease renewed (worker-a)', 'lease expired (worker-a)']))
+    expect(await page.locator('svg.timeline [data-mark]').allTextContents()).toEqual(['1', '2'])
+    await shot('lease-bars')
+  })
 })
 
 test('an admin listener beyond loopback without admin.token shows a warning banner on every view', async () => {

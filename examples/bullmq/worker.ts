@@ -1,8 +1,19 @@
 /**
- * A BullMQ worker that charges the sample payments service THROUGH fencegate (issue 5, part 6).
+ * A BullMQ worker that charges the sample payments service THROUGH fencegate, on
+ * fencegate/client (`fencedFetch`, `send`, and its decision table).
  *
- *   Fencing-Token:   job.attemptsStarted   the job's claim generation
+ *   Fencing-Token:   bullmqGeneration(job): job.attemptsStarted, the job's claim generation.
+ *                    The route fences the JOB, so the token comes from the broker (BullMQ's
+ *                    lock is the lease); fencing an account would take a lease from the gateway
  *   Idempotency-Key: job.id                one key per job, reused on every attempt
+ *
+ * The processor's answer per decision (docs/requests.md, "What a client should do"): done →
+ * return (the job completes); stop (412) → StaleClaimError (a later claim of the job has
+ * written; BullMQ refuses this worker's moveToFailed since it no longer holds the lock);
+ * retry-after / backoff past the client's bound → a plain Error, so BullMQ retries per the job's
+ * `attempts`, with a higher attemptsStarted and the same key; surface (409 outcome-unknown, a
+ * stored 5xx) and dead-letter (422, 400, 428) → UnrecoverableError: failed at once, no retry,
+ * with the key hash for `fencegate resolve --key-hash`.
  *
  * What `job.attemptsStarted` counts (BullMQ 6, checked against its Lua scripts): the job hash's
  * `ats` field, which `prepareJobForProcessing` (run by moveToActive, and by moveToFinished when a
@@ -24,8 +35,9 @@
  * give jobs custom ids that are unique across everything that writes through the route (here
  * `charge-<uuid>`), or scope the route's keys (`idempotency.scope`).
  */
-import { Worker, type ConnectionOptions, type Job } from 'bullmq'
-import { Agent, request } from 'undici'
+import { UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq'
+import { bullmqGeneration, fencedFetch, keyHash, send, type Decision } from '../../src/client/index.js'
+import { freshFetch } from '../charge.js'
 
 export interface ChargeJobData {
   account: string
@@ -41,6 +53,8 @@ export interface ChargeReply {
   status: number
   replayed: boolean
   body: unknown
+  /** fencegate/client's decision on the answer */
+  decision: Pick<Decision, 'action' | 'case'>
 }
 
 /** The gateway refused the write because a later claim of the job has written: this worker lost the job. */
@@ -51,26 +65,18 @@ export class StaleClaimError extends Error {
   }
 }
 
-const agent = new Agent({ keepAliveTimeout: 1000 })
-
-/** POSTs the job's charge to `gateway` with the job's claim generation and id. */
+/** POSTs the job's charge to `gateway` with the job's claim generation and id; asks again while the decision says so. */
 export async function chargeThroughGateway(gateway: string, job: Pick<Job<ChargeJobData>, 'id' | 'attemptsStarted' | 'data'>): Promise<ChargeReply> {
   if (!job.id) throw new Error('the job has no id')
   const { account, amount, currency } = job.data
-  const r = await request(`${gateway}/accounts/${encodeURIComponent(account)}/charges`, {
+  const token = bullmqGeneration(job)
+  const f = fencedFetch({ gateway, token, key: job.id, fetch: freshFetch })
+  const r = await send(f, `/accounts/${encodeURIComponent(account)}/charges`, {
     method: 'POST',
-    dispatcher: agent,
-    headers: {
-      'content-type': 'application/json',
-      'fencing-token': String(job.attemptsStarted),
-      'idempotency-key': job.id,
-    },
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ amount, currency }),
-  })
-  const text = await r.body.text()
-  let body: unknown = text
-  try { body = JSON.parse(text) } catch { /* not JSON */ }
-  return { jobId: job.id, token: job.attemptsStarted, status: r.statusCode, replayed: r.headers['idempotent-replayed'] === 'true', body }
+  }, { maxAttempts: 5, maxWaitMs: 10_000 })
+  return { jobId: job.id, token, status: r.status, replayed: r.replayed, body: r.body, decision: { action: r.decision.action, case: r.decision.case } }
 }
 
 export interface ChargeWorkerOptions {
@@ -91,21 +97,17 @@ export interface ChargeWorkerOptions {
   onReply?: (reply: ChargeReply, job: Job<ChargeJobData>) => void
 }
 
-/**
- * A worker whose processor sends the charge and completes the job with the gateway's answer:
- * 201 (new or replayed) completes it; 412 throws StaleClaimError (the job belongs to a later
- * claim, whose completion stands: BullMQ refuses this worker's moveToFailed since it no longer
- * holds the lock); any other status throws, so BullMQ retries per the job's `attempts`, with a
- * higher attemptsStarted and the same key.
- */
+/** A worker whose processor sends the charge and ends the job by the client's decision (see the top). */
 export function createChargeWorker(o: ChargeWorkerOptions): Worker<ChargeJobData, ChargeReply> {
   return new Worker<ChargeJobData, ChargeReply>(o.queue, async (job) => {
     await o.beforeCharge?.(job)
     const reply = await chargeThroughGateway(o.gateway, job)
     o.onReply?.(reply, job)
-    if (reply.status === 201) return reply
-    if (reply.status === 412) throw new StaleClaimError(reply)
-    throw new Error(`job ${reply.jobId}: the gateway answered ${reply.status}: ${JSON.stringify(reply.body)}`)
+    const action = reply.decision.action
+    if (action === 'done') return reply
+    if (action === 'stop') throw new StaleClaimError(reply)
+    if (action === 'surface' || action === 'dead-letter') throw new UnrecoverableError(`job ${reply.jobId}: ${reply.decision.case} (${reply.status}), ${action}; key hash ${keyHash(reply.jobId)}`)
+    throw new Error(`job ${reply.jobId}: the gateway answered ${reply.status} (${reply.decision.case}), asked again later: ${JSON.stringify(reply.body)}`)
   }, {
     connection: o.connection,
     // BullMQ merges its defaults with Object.assign: an explicit undefined would override them

@@ -3,14 +3,20 @@
  * through fencegate (examples/charge.ts) and acks.
  *
  *   lease            the consumer's ack_wait; msg.working() resets it every --renew-ms
- *   Fencing-Token    msg.info.deliveryCount: 1 on the first delivery, one more on each
- *                    redelivery, never less for the same message (a claim generation)
+ *   Fencing-Token    jetstreamGeneration(msg) (fencegate/client): msg.info.deliveryCount, 1 on
+ *                    the first delivery, one more on each redelivery, never less for the same
+ *                    message (a claim generation). The token fences the JOB (resource
+ *                    job:{header.X-Job-Id}), so it comes from the broker: no lease is needed
+ *                    beyond the delivery's own ack_wait.
  *   Idempotency-Key  job-<id>, the same on every delivery
  *
- * After 201 (applied, or replayed) it acks. After 412 it does NOT ack: a later delivery of the
- * message has written, and JetStream would take this old delivery's ack as the message's (acks
- * name the stream sequence, not the delivery), ending it under a holder that may still need a
- * redelivery. Other answers: nak, for a redelivery with the next generation.
+ * What it does with the answer is fencegate/client's decision (docs/requests.md, "What a client
+ * should do"): done (201, a replay, 409 response-not-stored) → ack. stop (412) → NO ack: a later
+ * delivery of the message has written, and JetStream would take this old delivery's ack as the
+ * message's (acks name the stream sequence, not the delivery). retry-after and backoff are
+ * waited out with the same token and key; past their bound → nak with that delay, for a
+ * redelivery. surface (409 outcome-unknown, a stored 5xx) and dead-letter (422, 400, 428) →
+ * term: no redelivery, the key hash printed for `fencegate resolve --key-hash`.
  *
  * Options (flags; NATS_URL for --nats):
  *   --nats URL --stream NAME --consumer NAME --gateway URL   (all but --nats required)
@@ -24,12 +30,13 @@
  *   --drop-ack-chance P    at a random point, with chance P; skip the ack with chance P
  *
  * Output: one JSON line per event on stdout (ready, claimed, charge, pausing, resumed, blocked,
- * acked, ack-dropped, abandoned, nak, error). Exit 0, or 1 on an error.
+ * acked, ack-dropped, abandoned, nak, dead-letter, error). Exit 0, or 1 on an error.
  */
 import { parseArgs } from 'node:util'
 import { connect } from '@nats-io/transport-node'
 import { jetstream, type JsMsg } from '@nats-io/jetstream'
-import { chargeUntilSettled, type ChargeJob } from '../charge.js'
+import { jetstreamGeneration } from '../../src/client/index.js'
+import { chargeUntilSettled, deadLetterFields, type ChargeJob } from '../charge.js'
 import { sleep } from '../relay/http.js'
 import { isMain } from '../is-main.js'
 
@@ -65,7 +72,7 @@ async function main(): Promise<number> {
 
   const handle = async (m: JsMsg) => {
     const job = m.json<ChargeJob>()
-    const token = m.info.deliveryCount
+    const token = jetstreamGeneration(m)
     const fields = { job: job.id, token, seq: m.seq }
     emit('claimed', { ...fields, redelivered: m.redelivered })
     const renew = setInterval(() => m.working(), renewMs)
@@ -88,15 +95,19 @@ async function main(): Promise<number> {
         if (o['charge-again']) r = await chargeUntilSettled(gateway, job, token, (reply) => emit('charge', { ...reply, again: true }))
       }
       pause('before-ack')
-      if (r.status === 201) {
+      const action = r.decision.action
+      if (action === 'done') {
         if (Math.random() < dropAckChance) return emit('ack-dropped', fields)
         const confirmed = await m.ackAck({ timeout: 2000 }).catch(() => false)
         emit('acked', { ...fields, confirmed })
-      } else if (r.status === 412) {
-        emit('abandoned', { ...fields, highestToken: r.body?.highestToken })
+      } else if (action === 'stop') {
+        emit('abandoned', { ...fields, highestToken: r.body?.highestToken, decision: r.decision })
+      } else if (action === 'surface' || action === 'dead-letter') {
+        m.term(`${r.decision.case}: ${r.status}`)
+        emit('dead-letter', { ...fields, ...deadLetterFields(job, r) })
       } else {
-        m.nak()
-        emit('nak', { ...fields, status: r.status })
+        m.nak(r.decision.retryAfterMs)
+        emit('nak', { ...fields, status: r.status, decision: r.decision })
       }
     } finally {
       clearInterval(renew)

@@ -6,13 +6,18 @@
  *                    and it acks within consumer_timeout (node-wide; per consumer
  *                    x-consumer-timeout from 3.12). A frozen worker loses its connection after
  *                    two missed heartbeats (--heartbeat), and its deliveries go back to the queue.
- *   Fencing-Token    deliveryToken(headers): x-delivery-count + 1 (absent on the first delivery,
- *                    so 1 then), or x-acquired-count + 1 where the broker sends it (4.3+)
+ *   Fencing-Token    rabbitmqGeneration(headers) (fencegate/client): x-delivery-count + 1 (absent
+ *                    on the first delivery, so 1 then), or x-acquired-count + 1 where the broker
+ *                    sends it (4.3+). The token fences the JOB (resource job:{header.X-Job-Id}),
+ *                    so it comes from the broker: a quorum queue counts each message's deliveries.
  *   Idempotency-Key  job-<id>, the same on every delivery
  *
- * After 201 (applied, or replayed) it acks. After 412 it does nothing: a later delivery has
- * written, so this one's channel is already gone. Other answers: nack with requeue, for a
- * redelivery with the next generation.
+ * What it does with the answer is fencegate/client's decision (docs/requests.md, "What a client
+ * should do"): done (201, a replay, 409 response-not-stored) → ack. stop (412) → nothing: a
+ * later delivery has written, so this one's channel is already gone. retry-after and backoff are
+ * waited out with the same token and key; past their bound → nack with requeue. surface (409
+ * outcome-unknown, a stored 5xx) and dead-letter (422, 400, 428) → nack without requeue (to the
+ * queue's dead-letter exchange, when it has one), the key hash printed for `fencegate resolve`.
  *
  * Options (flags; AMQP_URL for --amqp, default amqp://guest:guest@127.0.0.1:5672):
  *   --queue NAME --gateway URL    (required)
@@ -25,11 +30,12 @@
  *   --close-before-ack            a lost ack: close the channel after the charge, before basic.ack
  *
  * Output: one JSON line per event on stdout (ready, claimed, charge, pausing, resumed, acked,
- * ack-failed, channel-closed-before-ack, abandoned, nack, connection-closed, error).
+ * ack-failed, channel-closed-before-ack, abandoned, nack, dead-letter, connection-closed, error).
  */
 import { parseArgs } from 'node:util'
 import amqp, { type ConsumeMessage, type MessagePropertyHeaders } from 'amqplib'
-import { chargeUntilSettled, type ChargeJob } from '../charge.js'
+import { rabbitmqGeneration } from '../../src/client/index.js'
+import { chargeUntilSettled, deadLetterFields, type ChargeJob } from '../charge.js'
 import { sleep } from '../relay/http.js'
 import { isMain } from '../is-main.js'
 
@@ -39,8 +45,7 @@ import { isMain } from '../is-main.js'
  * 1 + x-delivery-count (absent on a first delivery). Grows with every redelivery of the message.
  */
 export function deliveryToken(headers: MessagePropertyHeaders | undefined): number {
-  const count = headers?.['x-acquired-count'] ?? headers?.['x-delivery-count'] ?? 0
-  return 1 + Number(count)
+  return rabbitmqGeneration(headers)
 }
 
 /** Whether the broker takes x-consumer-timeout per consumer: RabbitMQ 3.12 and later. */
@@ -97,9 +102,11 @@ async function main(): Promise<number> {
           if (o['charge-again']) r = await chargeUntilSettled(gateway, job, token, (reply) => emit('charge', { ...reply, again: true }))
         }
         try {
-          if (r.status === 201) { ch.ack(m); emit('acked', { ...fields, connectionClosed: closed }) }
-          else if (r.status === 412) emit('abandoned', { ...fields, highestToken: r.body?.highestToken, connectionClosed: closed })
-          else { ch.nack(m, false, true); emit('nack', { ...fields, status: r.status }) }
+          const action = r.decision.action
+          if (action === 'done') { ch.ack(m); emit('acked', { ...fields, connectionClosed: closed }) }
+          else if (action === 'stop') emit('abandoned', { ...fields, highestToken: r.body?.highestToken, decision: r.decision, connectionClosed: closed })
+          else if (action === 'surface' || action === 'dead-letter') { ch.nack(m, false, false); emit('dead-letter', { ...fields, ...deadLetterFields(job, r) }) }
+          else { ch.nack(m, false, true); emit('nack', { ...fields, status: r.status, decision: r.decision }) }
         } catch (e) {
           emit('ack-failed', { ...fields, error: (e as Error).message })
         }

@@ -7,6 +7,8 @@
  *                                                          204 nothing claimable
  *   POST /jobs/{id}/renew  {"worker", "generation"}     → 200 {"leaseUntil"}    409 {"error": "stale-generation" | "lease-expired" | "done"}
  *   POST /jobs/{id}/ack    {"worker", "generation"}     → 200 {"state": "done"} 409 {"error": "stale-generation"}
+ *   POST /jobs/{id}/dead-letter {"worker", "generation", "reason", "keyHash"}
+ *                                                       → 200 {"state": "dead"} (never claimed again)  409 as ack
  *   GET  /jobs/{id}, GET /jobs                          → the job(s), with claims, refusals, claimable
  *
  * - A claim hands the oldest claimable job (queued, or leased with its lease expired) to a worker
@@ -39,7 +41,7 @@ export interface Refusal { op: 'ack' | 'renew'; worker: string; generation: numb
 export interface Job {
   id: string
   payload: unknown
-  state: 'queued' | 'leased' | 'done'
+  state: 'queued' | 'leased' | 'done' | 'dead'
   /** the generation of the latest claim (null before the first) */
   generation: number | null
   holder: string | null
@@ -48,6 +50,8 @@ export interface Job {
   refusals: Refusal[]
   /** set when done: the claim that acked */
   doneBy: { worker: string; generation: number; at: number } | null
+  /** set when dead-lettered: by whom and why (the client's decision case, the key hash) */
+  deadLetter?: { worker: string; generation: number; reason: string; keyHash?: string; at: number }
 }
 
 export interface QueueOptions {
@@ -61,7 +65,7 @@ export interface QueueOptions {
   emit?: (event: Record<string, unknown>) => void
 }
 
-const JOB = /^\/jobs\/([^/?]+)(?:\/(renew|ack))?$/
+const JOB = /^\/jobs\/([^/?]+)(?:\/(renew|ack|dead-letter))?$/
 
 /** Starts the queue; resolves with its URL and a close function. */
 export async function startQueue(o: QueueOptions = {}): Promise<{ url: string; jobs: Map<string, Job>; close(): Promise<void> }> {
@@ -132,6 +136,12 @@ export async function startQueue(o: QueueOptions = {}): Promise<{ url: string; j
             const leaseMs = Number.isSafeInteger(b.leaseMs) && b.leaseMs > 0 ? b.leaseMs as number : (j.claims.at(-1)!.leaseUntil - j.claims.at(-1)!.at)
             j.leaseUntil = now + leaseMs
             return sendJson(res, 200, { job: j.id, generation, leaseUntil: j.leaseUntil })
+          }
+          if (m[2] === 'dead-letter') {
+            if (generation !== j.generation) return refuse(res, j, { op: 'ack', worker, generation, reason: 'stale-generation' })
+            Object.assign(j, { state: 'dead', holder: null, leaseUntil: null, deadLetter: { worker, generation, reason: String(b.reason ?? ''), keyHash: b.keyHash, at: now } })
+            emit({ event: 'dead-lettered', job: j.id, worker, generation, reason: b.reason, keyHash: b.keyHash })
+            return sendJson(res, 200, { job: j.id, state: 'dead', generation })
           }
           // ack: only the current generation completes the job (its lease may have run out as long
           // as nobody claimed the job since: the generation is still the current one)

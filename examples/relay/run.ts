@@ -4,16 +4,24 @@
  *   payments   node dist/examples/payments/server.js 0      the naive sample service (applies every charge)
  *   fencegate  node dist/src/cli.js --config <tmp>/fencegate.yaml   SQLite store in a temp folder,
  *              fencing resource account:{param.account}, idempotency required
+ *              and its lease service for account:* (the tokens the fence checks)
  *   queue      node dist/examples/relay/queue.js           lease-based, claim generations from 33
- *   worker A   node dist/examples/relay/worker.js          lease 1 s, pauses 0.5 s before its ack
- *   worker B   node dist/examples/relay/worker.js          started once A's lease has expired
+ *   worker A   node dist/examples/relay/worker.js          leases of 1 s, pauses 0.5 s before its ack
+ *   worker B   node dist/examples/relay/worker.js          started once A's claim has expired
  *
- *   A claims job-9 (generation N) and charges through fencegate                    → 201
- *   A is frozen with SIGSTOP before its ack; its renewals stop, the lease expires
- *   B claims job-9 again (generation N+1) and sends the same charge                → 201 replayed, no second charge
- *   B acks                                                                         → done
- *   A gets SIGCONT, sends its charge again with generation N                       → 412 stale-fencing-token
- *   A acks with generation N                                                       → 409 refused by the queue
+ * The route fences the ACCOUNT, a resource many jobs share, so the workers take their
+ * Fencing-Token from the gateway's lease service (fencegate/client's withLease), not from the
+ * queue: the queue's claim generation says who holds the job (and whose ack counts), the lease's
+ * token who may write to the account.
+ *
+ *   A claims job-9 (generation N), takes the lease on the account (token T), charges → 201
+ *   A is frozen with SIGSTOP before its ack; its renewals stop, both its leases expire
+ *   B claims job-9 again (generation N+1), takes the lease (token T+1), the same charge
+ *                                                                                  → 201 replayed, no second charge
+ *   B acks and releases its lease                                                  → done
+ *   A gets SIGCONT: its renewal is refused (412), the client aborts A's requests; A's charge
+ *   again with token T is refused at the gateway (412 stale-fencing-token) or cancelled before
+ *   an answer came: either way the client decides stop, and A does not ack
  *   the payments ledger holds exactly one charge; then `fencegate audit` on the store, and the
  *   seed key's timeline from the attempt log (`fencegate audit --route payments --key job-9`,
  *   buildTimeline in src/audit/timeline.ts) with A's lateness, and `fencegate leases`
@@ -57,9 +65,11 @@ export interface RelayResult {
   generations: { a?: number; b?: number }
   /** the charge events: A's first, B's, A's late retry */
   charges: { a1?: WorkerEvent; b?: WorkerEvent; a2?: WorkerEvent }
-  /** exit codes of the workers (0 acked, 3 ack refused) */
+  /** the lease tokens (Fencing-Token) A and B wrote with */
+  tokens: { a?: number; b?: number }
+  /** exit codes of the workers (0 acked, 3 left to the queue) */
   exitCodes: { a?: number | null; b?: number | null }
-  /** what the queue said to A's late ack */
+  /** what A did at the end: `abandoned`, by the client's decision stop */
   aAck?: WorkerEvent
   /** the job as the queue holds it at the end */
   job?: any
@@ -183,6 +193,9 @@ store:
   path: ${join(dir, 'fencegate.db')}
 shutdown:
   grace: 2s
+leases:
+  resources: ["account:*"]
+  maxTtl: 1m
 ${paymentsRoutes(payments)}`
 
 /** Runs the timeline. Never throws: a failure is in `failures` (and `ok` is false). */
@@ -194,7 +207,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
   const dir = mkdtempSync(join(tmpdir(), 'fencegate-relay-'))
   if (!options.keep) tempDirs.add(dir)
   const configPath = join(dir, 'fencegate.yaml')
-  const result: RelayResult = { ok: false, checks: [], failures: [], account: `acct-${run}`, jobId: 'job-9', generations: {}, charges: {}, exitCodes: {}, dir, configPath }
+  const result: RelayResult = { ok: false, checks: [], failures: [], account: `acct-${run}`, jobId: 'job-9', generations: {}, tokens: {}, charges: {}, exitCodes: {}, dir, configPath }
   const expect = (cond: boolean, what: string) => {
     (cond ? result.checks : result.failures).push(what)
     say(`    ${cond ? 'ok' : 'NOT AS EXPECTED'}: ${what}`)
@@ -243,10 +256,12 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     step('Queue → Worker A', `${aClaim.job}, lease ${aClaim.leaseMs} ms, claim generation ${aClaim.generation}   (worker pid ${a.proc.pid})`)
 
     const a1 = result.charges.a1 = await a.event('charge', (e) => e.attempt === 1)
-    step('Worker A → fencegate → Payments', `POST ${a1.path}  (Fencing-Token: ${a1.generation}, Idempotency-Key: ${a1.job})`)
+    result.tokens.a = a1.token
+    step('Worker A → fencegate', `POST /_fencegate/leases/account:${result.account}  → 201, token ${a1.token}   (withLease: renewed every third of its 1 s, released after)`)
+    step('Worker A → fencegate → Payments', `POST ${a1.path}  (Fencing-Token: ${a1.token}, Idempotency-Key: ${a1.job})`)
     say(`    → ${a1.status}${a1.replayed ? ', Idempotent-Replayed: true' : ''}`)
     show(a1)
-    expect(a1.status === 201 && !a1.replayed, 'A\'s charge was forwarded and applied (201, not replayed)')
+    expect(a1.status === 201 && !a1.replayed && a1.decision?.action === 'done', 'A\'s charge was forwarded and applied (201, not replayed): done')
 
     await a.event('pausing')
     a.proc.kill('SIGSTOP')
@@ -274,10 +289,13 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
 
     const bc = result.charges.b = await b.event('charge')
     const bChargedAt = Date.now() // B's token was first accepted before this
-    step('Worker B → fencegate', `the same charge: POST ${bc.path}  (Fencing-Token: ${bc.generation}, Idempotency-Key: ${bc.job})`)
+    result.tokens.b = bc.token
+    step('Worker B → fencegate', `POST /_fencegate/leases/account:${result.account}  → 201, token ${bc.token}: A's lease had run out, B took it over`)
+    expect(bc.token === a1.token + 1, `B's lease token is A's + 1 (${a1.token} → ${bc.token}): the grant raised the account's high-water mark`)
+    step('Worker B → fencegate', `the same charge: POST ${bc.path}  (Fencing-Token: ${bc.token}, Idempotency-Key: ${bc.job})`)
     say(`    → ${bc.status}${bc.replayed ? ', Idempotent-Replayed: true' : ''}`)
     show(bc)
-    expect(bc.status === 201 && bc.replayed === true, 'B got the stored response replayed (201, Idempotent-Replayed: true); the payments service was not called')
+    expect(bc.status === 201 && bc.replayed === true && bc.decision?.case === 'replayed', 'B got the stored response replayed (201, Idempotent-Replayed: true): done; the payments service was not called')
     expect(JSON.stringify(bc.body) === JSON.stringify(a1.body), 'the replayed body is A\'s first response')
 
     const bDone = await b.waitFor('its ack', (_l, e) => (e?.event === 'acked' || e?.event === 'ack-refused' ? e : undefined))
@@ -288,31 +306,32 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     a.proc.kill('SIGCONT')
     const resumedAt = Date.now()
     a.stopped = false
-    step('Worker A', `SIGCONT after ${Date.now() - frozenAt} ms frozen: wakes up, still believing it holds ${job.id} with generation ${aClaim.generation}`)
+    step('Worker A', `SIGCONT after ${Date.now() - frozenAt} ms frozen: wakes up, still believing it holds ${job.id} (generation ${aClaim.generation}) and the lease (token ${a1.token})`)
     const resumed = await a.event('resumed')
     say(`    its ${pauseMs} ms pause took ${resumed.pausedMs} ms, past its ${leaseMs} ms lease; it does not notice`)
     const a2 = result.charges.a2 = await a.event('charge', (e) => e.attempt === 2)
-    step('Worker A → fencegate', `sends its charge again: POST ${a2.path}  (Fencing-Token: ${a2.generation}, Idempotency-Key: ${a2.job})`)
-    say(`    → ${a2.status}`)
+    const lost = await a.event('lease', (e) => e.type === 'lost').catch(() => undefined)
+    step('Worker A', `its lease: ${lost ? `lost — ${lost.decision?.status} ${lost.decision?.case} on its renewal (PUT /_fencegate/leases/account:${result.account}, Fencing-Token: ${a1.token}) or its write; the client aborts A's requests (lease.signal)` : 'not lost yet'}`)
+    step('Worker A → fencegate', `sends its charge again: POST ${a2.path}  (Fencing-Token: ${a2.token}, Idempotency-Key: ${a2.job})`)
+    say(`    → ${a2.status === 0 ? 'no answer: cancelled by the client when the renewal was refused' : a2.status}; the client decides ${a2.decision?.action} (${a2.decision?.case})`)
     show(a2)
-    expect(a2.status === 412 && a2.body?.type === 'urn:fencegate:problem:stale-fencing-token', 'A\'s late write was refused: 412 stale-fencing-token, not forwarded')
-    expect(a2.body?.token === String(aClaim.generation) && a2.body?.highestToken === String(bClaim.generation), `token ${aClaim.generation} refused, highestToken ${bClaim.generation}`)
-    const late = a2.body?.supersededForMs
-    expect(typeof late === 'number' && late >= resumedAt - bChargedAt, `supersededForMs ${late}: A came ${late} ms after B's token ${bClaim.generation} took over, at least the ${resumedAt - bChargedAt} ms between B's charge and A's SIGCONT`)
-
-    const aAck = result.aAck = await a.waitFor('its ack', (_l, e) => (e?.event === 'acked' || e?.event === 'ack-refused' ? e : undefined))
-    step('Worker A → Queue', `ack ${job.id} with generation ${aAck.generation}`)
-    say(`    → ${aAck.status ?? 200}`)
-    show(aAck)
-    expect(aAck.event === 'ack-refused' && aAck.answer?.error === 'stale-generation', 'the queue refused A\'s stale ack (409 stale-generation)')
+    expect(a2.decision?.action === 'stop', 'A\'s late write: the client decided stop')
+    if (a2.status === 412) {
+      expect(a2.body?.type === 'urn:fencegate:problem:stale-fencing-token', 'A\'s late write was refused: 412 stale-fencing-token, not forwarded')
+      expect(a2.body?.token === String(a1.token) && a2.body?.highestToken === String(bc.token), `token ${a1.token} refused, highestToken ${bc.token}`)
+      const late = a2.body?.supersededForMs
+      expect(typeof late === 'number' && late >= resumedAt - bChargedAt, `supersededForMs ${late}: A came ${late} ms after B's token ${bc.token} took over, at least the ${resumedAt - bChargedAt} ms between B's charge and A's SIGCONT`)
+    } else {
+      expect(a2.status === 0 && lost !== undefined, 'A\'s late write was cancelled by the client once its renewal was refused (412): it never got past A')
+    }
+    const aEnd = result.aAck = await a.waitFor('its end', (_l, e) => (e && ['acked', 'ack-refused', 'abandoned'].includes(e.event) ? e : undefined))
+    step('Worker A', `${aEnd.event === 'abandoned' ? `does not ack ${job.id}: its decision is stop (a newer lease holder has written)` : `${aEnd.event} ${job.id}`}`)
+    expect(aEnd.event === 'abandoned', 'A left the job to the queue (no ack after stop)')
     result.exitCodes.a = await a.exited
-    const lost = a.events.find((e) => e.event === 'lease-lost')
-    if (lost) say(`    (A's lease renewal after waking was refused too: ${lost.answer?.error ?? lost.status})`)
 
     result.job = (await call('GET', `${queueUrl}/jobs/${job.id}`)).json
     step('Queue', `${job.id}: ${result.job?.state}, acked by ${result.job?.doneBy?.worker} (generation ${result.job?.doneBy?.generation}); claims ${result.job?.claims?.map((c: any) => `${c.worker}:${c.generation}`).join(', ')}; refused ${result.job?.refusals?.map((r: any) => `${r.op} ${r.worker}:${r.generation}`).join(', ') || 'nothing'}`)
     expect(result.job?.state === 'done' && result.job?.doneBy?.generation === bClaim.generation, 'the job is done, by B\'s generation')
-    expect(result.job?.refusals?.some((r: any) => r.op === 'ack' && r.worker === 'A' && r.generation === aClaim.generation), 'the queue reported A\'s refused ack')
 
     // the ledger, read from the payments service itself: what got through
     const ledger = await call('GET', `${paymentsUrl}/accounts/${encodeURIComponent(result.account)}/charges`)
@@ -321,7 +340,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     show(ledger)
     const count = Array.isArray(result.ledger) ? result.ledger.length : -1
     expect(count === 1, `exactly one charge in the ledger (found ${count})`)
-    if (count >= 1) expect(result.ledger![0].fencingToken === String(aClaim.generation) && result.ledger![0].idempotencyKey === job.id, `the charge is A's: token ${aClaim.generation}, key ${job.id}`)
+    if (count >= 1) expect(result.ledger![0].fencingToken === String(a1.token) && result.ledger![0].idempotencyKey === job.id, `the charge is A's: token ${a1.token}, key ${job.id}`)
 
     // stop the gateway gracefully (writes its queued attempt-log entries), then read the audit from the store
     await gateway.stop(5000)
@@ -331,7 +350,9 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     result.auditTable = table.stdout
     const route = result.audit?.routes?.find((r: any) => r.route === 'payments')
     step('fencegate audit', `fencegate audit --config ${configPath}   (gateway stopped; the attempt log is in the store)`)
-    expect(route?.forwarded === 1 && route?.replayed === 1 && route?.stale >= 1, `route payments: forwarded ${route?.forwarded}, replayed ${route?.replayed}, stale ${route?.stale} (expected 1, 1, ≥ 1)`)
+    // a write the client cancelled after sending it may still have been refused at the door
+    const stale = a2.status === 412 ? 1 : route?.stale === 1 ? 1 : 0
+    expect(route?.forwarded === 1 && route?.replayed === 1 && route?.stale === stale, `route payments: forwarded ${route?.forwarded}, replayed ${route?.replayed}, stale ${route?.stale} (expected 1, 1, ${a2.status === 412 ? 1 : '0 or 1'})`)
     say()
     say(table.code === 0 ? table.stdout.trimEnd() : `(fencegate audit exited ${table.code}: ${table.stderr.trim()})`)
 
@@ -342,7 +363,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     result.leasesText = leasesText.stdout
     const lr = result.leases?.routes?.find((r: any) => r.route === 'payments')
     step('fencegate leases', `fencegate leases --config ${configPath} --route payments   (effect durations, generations, stale lateness, advice)`)
-    expect(lr?.stale?.count >= 1 && lr?.stale?.latenessMaxMs === a2.body?.supersededForMs, `A's lateness is in the advice's numbers: stale ${lr?.stale?.count}, latest ${lr?.stale?.latenessMaxMs} ms (the 412 said supersededForMs ${a2.body?.supersededForMs})`)
+    if (a2.status === 412) expect(lr?.stale?.count >= 1 && lr?.stale?.latenessMaxMs === a2.body?.supersededForMs, `A's lateness is in the advice's numbers: stale ${lr?.stale?.count}, latest ${lr?.stale?.latenessMaxMs} ms (the 412 said supersededForMs ${a2.body?.supersededForMs})`)
     expect(lr?.advice?.minimumLeaseMs > 0, `a minimum lease is advised from the observed effects: ${lr?.advice?.minimumLeaseMs} ms, renew every ${lr?.advice?.renewalIntervalMs} ms`)
     say()
     say(leasesText.code === 0 ? leasesText.stdout.trimEnd() : `(fencegate leases exited ${leasesText.code}: ${leasesText.stderr.trim()})`)
@@ -355,8 +376,8 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
     result.timelineText = tlText.stdout
     const seen = (result.timeline?.entries ?? []).map((e: any) => `${e.token} ${e.outcome} ${e.status}`)
     step('fencegate audit --key', `fencegate audit --config ${configPath} --route payments --key ${job.id}   (every attempt on the key, oldest first)`)
-    expect(JSON.stringify(seen) === JSON.stringify([`${aClaim.generation} forwarded 201`, `${bClaim.generation} replayed 201`, `${aClaim.generation} stale 412`]),
-      `the timeline reads A ${aClaim.generation} forwarded 201, B ${bClaim.generation} replayed 201, A ${aClaim.generation} refused 412 (found: ${seen.join(', ')})`)
+    const want = [`${a1.token} forwarded 201`, `${bc.token} replayed 201`, ...(stale ? [`${a1.token} stale 412`] : [])]
+    expect(JSON.stringify(seen) === JSON.stringify(want), `the timeline reads ${want.join(', ')} (found: ${seen.join(', ')})`)
     say()
     say(tlText.code === 0 ? tlText.stdout.trimEnd() : `(fencegate audit --key exited ${tlText.code}: ${tlText.stderr.trim()})`)
   } catch (e) {
@@ -371,7 +392,7 @@ export async function runRelay(options: RelayOptions = {}): Promise<RelayResult>
   result.ok = result.failures.length === 0
   say()
   say(result.ok
-    ? `The timeline held with real processes: one charge, B's duplicate replayed, A's late write refused at the gateway (412, ${result.charges.a2?.body?.supersededForMs} ms after B's token took over) and its ack refused by the queue.`
+    ? `The timeline held with real processes: one charge, B's duplicate replayed, ${result.charges.a2?.status === 412 ? `A's late write refused at the gateway (412, ${result.charges.a2?.body?.supersededForMs} ms after B's token took over)` : 'A\'s late write cancelled by the client once its lease renewal was refused (412)'}, and A left the job to the queue.`
     : `The timeline did NOT hold: ${result.failures.join('; ')}`)
   if (options.keep) say(`Kept ${dir}; run again: node ${JS.cli} audit --config ${configPath}`)
   return result

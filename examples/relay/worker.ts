@@ -1,36 +1,53 @@
 /**
- * The relay example's worker: claims ONE job from the queue (examples/relay/queue.ts), performs
- * its charge on the sample payments service THROUGH fencegate, and acks it.
+ * The relay example's worker: claims a job from the queue (examples/relay/queue.ts), performs its
+ * charge on the sample payments service THROUGH fencegate, and acks it; on fencegate/client.
  *
  *   POST {gateway}/accounts/{account}/charges  {"amount", "currency"}
- *        Fencing-Token: <claim generation>   Idempotency-Key: <job id>
+ *        Fencing-Token: <the lease's token>   Idempotency-Key: <job id>
  *
- * While it works it renews its lease every `renewMs`. It does not look at its lease before
- * writing: no check made before a write protects against a pause right after it
- * (docs/exactly-once.md §3); the gateway checks the token at the door instead.
+ * Two leases, two jobs. The queue's claim (its generation) says which worker holds the JOB, and
+ * only the current one's ack counts. The Fencing-Token comes from the gateway's lease service:
+ * the route fences the ACCOUNT (account:{param.account}), a resource many jobs share, so the
+ * token must be a generation of the account — `withLease('account:<id>', …)`, which renews the
+ * lease while the charge runs and releases it after. A queue's claim generation would not do:
+ * it orders the claims of one job, not two jobs writing one account.
+ *
+ * What it does with the answer is fencegate/client's decision (docs/requests.md, "What a client
+ * should do"): done → ack; stop (412: a newer lease holder has written, or the lease was lost
+ * and the request aborted) → no ack, the job goes back to the queue when its claim runs out and
+ * runs again under a newer lease, same key; retry-after / backoff past the client's bound → no
+ * ack either; surface and dead-letter → the queue's dead-letter, with the key hash.
+ *
+ * It does not look at its lease before writing: no check made before a write protects against a
+ * pause right after it (docs/exactly-once.md §3); the gateway checks the token at the door.
  *
  * Options (flag, or environment variable):
  *   --queue URL               RELAY_QUEUE_URL      the queue
- *   --gateway URL             RELAY_GATEWAY_URL    fencegate
- *   --name NAME               RELAY_WORKER         worker name (default: worker-<pid>)
- *   --lease-ms MS             RELAY_LEASE_MS       lease asked for on claim (default 30000)
- *   --renew-ms MS             RELAY_RENEW_MS       renewal period (default lease / 3)
+ *   --gateway URL             RELAY_GATEWAY_URL    fencegate (its lease service too)
+ *   --name NAME               RELAY_WORKER         worker name, the lease's holder (default: worker-<pid>)
+ *   --lease-ms MS             RELAY_LEASE_MS       queue claim and fencegate lease (default 30000; at least 1000)
+ *   --renew-ms MS             RELAY_RENEW_MS       queue claim renewal period (default lease / 3)
  *   --pause-before-ack MS     RELAY_PAUSE_BEFORE_ACK_MS   wait this long between the charge and
- *                                                   the ack (a slow step; default 0). The relay
- *                                                   run freezes the worker with SIGSTOP here.
+ *                                                   the ack, still under the lease (a slow step;
+ *                                                   default 0). The relay run freezes the worker
+ *                                                   with SIGSTOP here.
  *   --charge-again            RELAY_CHARGE_AGAIN=1 after the pause, send the charge once more
  *                                                   with the same key and token before acking, as
  *                                                   a worker does that re-runs its step after a
  *                                                   hiccup (the seed timeline's retry)
+ *   --jobs N                  RELAY_JOBS           handle N jobs, then exit (default 1)
  *   --claim-timeout MS        RELAY_CLAIM_TIMEOUT_MS  give up when nothing is claimable (default 10000)
  *
- * Output: one JSON line per event on stdout (claimed, renewed, lease-lost, charge, pausing,
- * resumed, acked, ack-refused, error). Exit codes: 0 acked; 3 the ack was refused (the job was
- * taken over); 4 nothing to claim; 1 an error.
+ * Output: one JSON line per event on stdout (claimed, renewed, lease-lost, lease, charge,
+ * pausing, resumed, acked, ack-refused, abandoned, dead-letter, error). Exit codes: 0 every job
+ * acked; 3 a job was left to the queue (stop, a retry bound, or an ack refused); 4 nothing to
+ * claim; 1 an error.
  */
 import { parseArgs } from 'node:util'
 import { call, sleep } from './http.js'
 import { isMain } from '../is-main.js'
+import { keyHash, withLease, type Sent } from '../../src/client/index.js'
+import { freshFetch } from '../charge.js'
 
 export interface ChargePayload { account: string; amount: number; currency: string }
 
@@ -38,7 +55,7 @@ function options() {
   const { values } = parseArgs({ options: {
     queue: { type: 'string' }, gateway: { type: 'string' }, name: { type: 'string' },
     'lease-ms': { type: 'string' }, 'renew-ms': { type: 'string' }, 'pause-before-ack': { type: 'string' },
-    'charge-again': { type: 'boolean' }, 'claim-timeout': { type: 'string' },
+    'charge-again': { type: 'boolean' }, 'claim-timeout': { type: 'string' }, jobs: { type: 'string' },
   } })
   const env = process.env
   const num = (v: string | undefined, d: number, what: string) => {
@@ -50,7 +67,7 @@ function options() {
   const queue = values.queue ?? env.RELAY_QUEUE_URL
   const gateway = values.gateway ?? env.RELAY_GATEWAY_URL
   if (!queue || !gateway) throw new Error('--queue URL and --gateway URL (or RELAY_QUEUE_URL, RELAY_GATEWAY_URL) are required')
-  const leaseMs = num(values['lease-ms'] ?? env.RELAY_LEASE_MS, 30_000, '--lease-ms') || 30_000
+  const leaseMs = Math.max(1000, num(values['lease-ms'] ?? env.RELAY_LEASE_MS, 30_000, '--lease-ms') || 30_000)
   return {
     queue: queue.replace(/\/+$/, ''),
     gateway: gateway.replace(/\/+$/, ''),
@@ -60,6 +77,7 @@ function options() {
     pauseBeforeAckMs: num(values['pause-before-ack'] ?? env.RELAY_PAUSE_BEFORE_ACK_MS, 0, '--pause-before-ack'),
     chargeAgain: values['charge-again'] ?? env.RELAY_CHARGE_AGAIN === '1',
     claimTimeoutMs: num(values['claim-timeout'] ?? env.RELAY_CLAIM_TIMEOUT_MS, 10_000, '--claim-timeout'),
+    jobs: num(values.jobs ?? env.RELAY_JOBS, 1, '--jobs') || 1,
   }
 }
 
@@ -74,6 +92,19 @@ async function main(): Promise<number> {
   const emit = (event: string, fields: Record<string, unknown> = {}) =>
     process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), worker: o.name, pid: process.pid, event, ...fields })}\n`)
 
+  let exit = 0
+  for (let n = 0; n < o.jobs; n++) {
+    const code = await oneJob(o, emit)
+    if (code === 4) return n === 0 ? 4 : exit
+    if (code !== 0) exit = code
+  }
+  return exit
+}
+
+type Emit = (event: string, fields?: Record<string, unknown>) => void
+
+/** Claims one job, charges under the account's lease, and acks it (or not) by the decision. */
+async function oneJob(o: ReturnType<typeof options>, emit: Emit): Promise<number> {
   // 1. claim (poll until a job is claimable)
   const deadline = Date.now() + o.claimTimeoutMs
   let claim: { job: { id: string; payload: ChargePayload }; generation: number; leaseMs: number; previous?: unknown }
@@ -87,7 +118,7 @@ async function main(): Promise<number> {
   const { job, generation } = claim
   emit('claimed', { job: job.id, generation, leaseMs: claim.leaseMs, ...(claim.previous ? { previous: claim.previous } : {}) })
 
-  // 2. renew the lease while working
+  // 2. renew the queue's claim while working
   let leaseLost = false
   let renewing = false
   const renew = setInterval(() => {
@@ -102,28 +133,49 @@ async function main(): Promise<number> {
   }, o.renewMs)
 
   try {
-    // 3. the effect, through the gateway
+    // 3. the effect, through the gateway, under the account's lease
     const p = job.payload
-    const charge = async (attempt: number) => {
-      const path = `/accounts/${encodeURIComponent(p.account)}/charges`
-      const headers = { 'fencing-token': String(generation), 'idempotency-key': job.id }
-      const r = await call('POST', `${o.gateway}${path}`, { amount: p.amount, currency: p.currency }, headers)
-      emit('charge', { job: job.id, generation, attempt, path, status: r.status, replayed: r.headers['idempotent-replayed'] === 'true', contentType: r.headers['content-type'], body: r.json ?? r.text })
-      return r
+    const path = `/accounts/${encodeURIComponent(p.account)}/charges`
+    let last: Sent | undefined
+    try {
+      last = await withLease(`account:${p.account}`, async (lease) => {
+        const charge = async (attempt: number) => {
+          const sentAt = Date.now()
+          const r = await lease.send(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ amount: p.amount, currency: p.currency }) }, { maxAttempts: 5, maxWaitMs: 10_000 })
+          emit('charge', { job: job.id, generation, token: Number(lease.token), attempt, path, status: r.status, replayed: r.replayed, body: r.body, decision: { action: r.decision.action, case: r.decision.case }, sentAt, doneAt: Date.now() })
+          return r
+        }
+        let r = await charge(1)
+        // 4. optionally a slow step before the ack (where the relay run freezes the process)
+        if (o.pauseBeforeAckMs > 0) {
+          emit('pausing', { job: job.id, generation, token: Number(lease.token), ms: o.pauseBeforeAckMs })
+          const t0 = Date.now()
+          await sleep(o.pauseBeforeAckMs)
+          const pausedMs = Date.now() - t0
+          emit('resumed', { job: job.id, generation, pausedMs, lateByMs: pausedMs - o.pauseBeforeAckMs })
+          if (o.chargeAgain) r = await charge(2)
+        }
+        return r
+      }, {
+        gateway: o.gateway, key: job.id, holder: o.name, ttl: o.leaseMs, waitMs: 20_000, fetch: freshFetch,
+        onEvent: ({ event: type, decision, ...rest }) => emit('lease', { job: job.id, generation, type, ...rest, decision: decision && { action: decision.action, case: decision.case, status: decision.status } }),
+      })
+    } catch (e) {
+      emit('abandoned', { job: job.id, generation, error: (e as Error).message })
+      return 3
     }
-    await charge(1)
 
-    // 4. optionally a slow step before the ack (where the relay run freezes the process)
-    if (o.pauseBeforeAckMs > 0) {
-      emit('pausing', { job: job.id, generation, ms: o.pauseBeforeAckMs })
-      const t0 = Date.now()
-      await sleep(o.pauseBeforeAckMs)
-      const pausedMs = Date.now() - t0
-      emit('resumed', { job: job.id, generation, pausedMs, lateByMs: pausedMs - o.pauseBeforeAckMs })
-      if (o.chargeAgain) await charge(2)
+    // 5. by the decision: ack, leave it to the queue, or dead-letter it
+    const action = last.decision.action
+    if (action === 'surface' || action === 'dead-letter') {
+      const d = await call('POST', `${o.queue}/jobs/${encodeURIComponent(job.id)}/dead-letter`, { worker: o.name, generation, reason: last.decision.case, keyHash: keyHash(job.id) })
+      emit('dead-letter', { job: job.id, generation, decision: last.decision, keyHash: keyHash(job.id), status: d.status })
+      return 3
     }
-
-    // 5. ack
+    if (action !== 'done') {
+      emit('abandoned', { job: job.id, generation, decision: { action, case: last.decision.case }, highestToken: (last.body as { highestToken?: string })?.highestToken })
+      return 3
+    }
     const a = await call('POST', `${o.queue}/jobs/${encodeURIComponent(job.id)}/ack`, { worker: o.name, generation })
     if (a.status === 200) { emit('acked', { job: job.id, generation }); return 0 }
     emit('ack-refused', { job: job.id, generation, status: a.status, answer: a.json ?? a.text })

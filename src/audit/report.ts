@@ -79,7 +79,7 @@ export async function buildReport(config: Config, log: AuditLog, since: number, 
   }
   const report: AuditReport = { since: new Date(since).toISOString(), until: new Date(until).toISOString(), routes }
   const actions = (await log.timeline({ operator: true }, since, ACTIONS_LIMIT))
-    .filter((e) => e.time < until && e.kind !== 'attempt' && (route === undefined || e.route === route || e.kind === 'accept-loss'))
+    .filter((e) => e.time < until && e.kind !== 'attempt' && e.kind !== 'lease' && (route === undefined || e.route === route || e.kind === 'accept-loss'))
   if (actions.length) {
     report.operatorActions = actions.map((e) => {
       const a: OperatorAction = { time: new Date(e.time).toISOString(), kind: e.kind as OperatorAction['kind'], route: e.route, replica: e.replica }

@@ -125,6 +125,7 @@ export function formatTimeline(t: Timeline): string {
   const accepted = new Map<string, bigint>()
   const lines = t.entries.map((e) => {
     if (e.kind === 'resolve') return `${e.time}  ${e.route}  ${e.by === 'probe' ? 'settled' : 'resolved'} as ${e.resolution} by ${e.by ?? e.replica}${e.reason ? `  reason: ${e.reason}` : ''}${e.by === 'probe' ? `  replica ${e.replica}` : ''}`
+    if (e.kind === 'lease') return [e.time, 'lease', e.method, e.status, e.result, e.token !== undefined ? `token ${e.token}` : '', e.by ? `holder ${e.by}` : '', e.leaseUntil !== undefined ? `${e.result === 'released' || e.result === 'expired' ? 'ended' : 'until'} ${new Date(e.leaseUntil).toISOString()}` : '', e.result === 'stale' && e.highestToken ? `token ${e.highestToken} holds it` : '', e.requestId ? `request ${e.requestId}` : '', `replica ${e.replica}`].filter((x) => x !== undefined && x !== '').join('  ')
     if (e.kind === 'probe') return [e.time, e.route, `probe ${e.method ?? ''}`.trim(), e.upstreamStatus, `answer ${e.result}`, e.upstreamMs !== undefined ? human(e.upstreamMs) : '', e.reason, e.requestId ? `settles request ${e.requestId}` : '', `replica ${e.replica}`].filter((x) => x !== undefined && x !== '').join('  ')
     const flags = [e.unknown && `unknown(${e.unknown})`, e.abandoned && 'found-abandoned', e.duplicate && 'duplicate', e.overtaken && 'overtaken'].filter(Boolean).join(' ')
     let late = ''

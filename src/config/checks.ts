@@ -216,3 +216,15 @@ export function crossFindings(parts: { listen?: string | null; adminListen?: str
   }
   return out
 }
+
+/**
+ * Contract §3a: the lease path is checked before the routes, so a route every request of which is
+ * under `leases.path` never runs.
+ */
+export function leasePathFindings(config: Pick<Config, 'leases' | 'routes'>): Finding[] {
+  const path = config.leases?.path
+  if (path === undefined) return []
+  return config.routes.flatMap((r, i) => pathCovers(`${path}/*`, r.match.path)
+    ? [{ path: ['routes', i, 'match', 'path'], message: `route ${r.name} never matches: every request to ${r.match.path} is a call of the lease service (leases.path ${path}), which is checked before the routes. Move the route, or set leases.path elsewhere` }]
+    : [])
+}

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml'
 import { configSchema, type Config } from './schema.js'
-import { crossFindings, type RouteParts } from './checks.js'
+import { crossFindings, leasePathFindings, type RouteParts } from './checks.js'
 import { salvage, type Parts } from './salvage.js'
 import { describeIssue } from './messages.js'
 import { rawTlsBlocks, resolveTlsPaths, tlsFileFindings } from '../tls/check.js'
@@ -163,7 +163,7 @@ export function parseConfig(text: string, file: string, env: NodeJS.ProcessEnv =
   let config: Config | undefined
   if (parsed.success) {
     config = parsed.data
-    for (const f of crossFindings({ listen: config.listen, adminListen: config.admin.listen, store: config.store, routes: config.routes.map((r, i) => [i, r]) })) add(f.path, f.message)
+    for (const f of [...crossFindings({ listen: config.listen, adminListen: config.admin.listen, store: config.store, routes: config.routes.map((r, i) => [i, r]) }), ...leasePathFindings(config)]) add(f.path, f.message)
     // the TLS files are read and parsed now, so a config that validates can be served (contract §5b)
     resolveTlsPaths(config, dirname(resolve(file)))
     for (const f of tlsFileFindings(config)) add(f.path, f.message)

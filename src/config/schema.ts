@@ -6,6 +6,7 @@ import { z } from 'zod'
 import { parseSize } from './units.js'
 import { listenerTls, storeTls, storeTlsIssues, upstreamTls } from './tls.js'
 import { settleSchema } from './settle.js'
+import { leasesSchema } from './leases.js'
 import { duration, headerName, HOUR, optionalDuration } from './fields.js'
 
 const size = (fallback: string) =>
@@ -241,6 +242,8 @@ export const configSchema = z.strictObject({
     }
   }).prefault({}),
   routes: z.array(route).min(1, 'needs at least one route'),
+  /** contract §3a: the lease service on the proxy listener; absent: none */
+  leases: leasesSchema.optional(),
 })
 
 /** The validated config, with durations in ms and sizes in bytes. */

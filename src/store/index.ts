@@ -22,10 +22,11 @@ export type { Store, StoreKind, StateMarkers, WriteRefusal, UnknownReason } from
 export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './contract/fences.js'
 export type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, StoredResponse, UnknownRecord } from './contract/records.js'
 export { StoreError, StoreFull, type StoreLimit } from './contract/errors.js'
+export type { Lease, LeaseChange, LeaseGrant } from './contract/leases.js'
 export { keyHashOf as recordKeyHash } from './contract/key-hash.js'
 
 // the attempt log
-export { emptyCounts, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './attempt-log/types.js'
+export { emptyCounts, LEASE_ROUTE, type AuditCounts, type AuditEntry, type AuditLog, type TimelineFilter } from './attempt-log/types.js'
 
 // opening: the engine the config names, a gateway's guarded store, the schema
 export { openStore } from './runtime/open-engine.js'

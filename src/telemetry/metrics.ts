@@ -40,12 +40,14 @@ export const AUDIT_DROP_REASONS = ['queue_full', 'store_error', 'log_full', 'evi
 /** The limits of a store that refuses new entries when full (the memory store's, SQLite's disk; `fencegate_store_full_total`). */
 export const STORE_LIMITS_BY_STORE = { memory: ['max_records', 'max_resources', 'max_attempts'], sqlite: ['disk'] } as const satisfies Partial<Record<StoreKind, readonly StoreLimit[]>>
 export const RELOAD_RESULTS = ['applied', 'refused'] as const
+/** `fencegate_leases_total`'s results (contract §3a). */
+export const LEASE_RESULTS = ['granted', 'held', 'renewed', 'released', 'stale', 'expired'] as const
 /**
  * The `op` label of the store metrics: every operation guardStore (src/store/runtime/guard.ts) times and
  * counts. A new store operation belongs here too, or its first error is invisible to alerts
  * (test/dashboard.test.ts compares this list with guardStore's calls).
  */
-export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'take_probe', 'settle', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
+export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'take_probe', 'settle', 'lease_acquire', 'lease_renew', 'lease_release', 'lease_read', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
 /**
  * A histogram whose observations carry the active sampled span as an exemplar, with the plain
  * `observe(labels, value)` and `startTimer()` calls of any histogram.
@@ -152,6 +154,7 @@ export function createMetrics(version: string) {
     storeClockOffsetExceeded: new Gauge({ name: 'fencegate_store_clock_offset_exceeded', help: '1 while the store\'s clock is further from this gateway\'s than store.maxClockOffset, else 0.', labelNames: ['store'] as const, registers: [registry], aggregator: 'max' }),
     storeUp: new Gauge({ name: 'fencegate_store_up', help: '1 when the last store check answered, else 0.', labelNames: ['store'] as const, registers: [registry] }),
     buildInfo: new Gauge({ name: 'fencegate_build_info', help: 'Always 1; the version label says which build runs.', labelNames: ['version'] as const, registers: [registry] }),
+    leases: new Counter({ name: 'fencegate_leases_total', help: 'Lease service calls (contract §3a), by result: granted, held (another holder\'s lease was live: 409), renewed, released, stale (a renewal or release by a token that is no longer the lease: 412), expired (a lease past its end taken over by a grant, counted with that grant).', labelNames: ['result'] as const, registers: [registry] }),
     configReloads: new Counter({ name: 'fencegate_config_reloads_total', help: 'Config reloads asked for with SIGHUP: applied, or refused (the file does not validate, or changes what needs a restart) with the running config kept.', labelNames: ['result'] as const, registers: [registry] }),
     tlsCertificateExpiry: new Gauge({ name: 'fencegate_tls_certificate_expiry_seconds', help: 'Seconds until the notAfter of the certificate served (listener="proxy" or "admin") or presented (route, store), as read at start-up or the last reload (contract §5b); negative once expired.', labelNames: ['listener', 'route', 'store'] as const, registers: [registry], aggregator: 'min',
       collect() { for (const c of certificates.values()) this.set(c.labels, (c.notAfter - Date.now()) / 1000) } }),
@@ -159,6 +162,7 @@ export function createMetrics(version: string) {
   m.buildInfo.set({ version }, 1)
   for (const reason of AUDIT_DROP_REASONS) m.auditDropped.inc({ reason }, 0)
   for (const result of RELOAD_RESULTS) m.configReloads.inc({ result }, 0)
+  for (const result of LEASE_RESULTS) m.leases.inc({ result }, 0)
   /**
    * The certificate a listener serves, or a route or the store presents, for
    * fencegate_tls_certificate_expiry_seconds: one label set; `notAfter` undefined removes it.

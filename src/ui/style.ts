@@ -69,6 +69,7 @@ svg .lane-bg { fill: var(--soft); }
 svg .lane-label { font-weight: 600; }
 svg .req { fill: #afb8c1; }
 svg .tenure { fill: #ddf4ff; stroke: #54aeff; stroke-dasharray: 4 3; }
+svg .lease-bar { fill: #0969da; }
 svg line.late { stroke-width: 1.5; stroke-dasharray: 3 3; }
 svg .claim-lease { fill: none; stroke: var(--unknown); stroke-dasharray: 2 2; }
 svg .effect { fill: #8c959f; } svg .effect.unknown { fill: #d8b9ff; stroke: var(--unknown); } svg .effect.duplicate { fill: #ffcecb; stroke: var(--duplicate); }
@@ -78,6 +79,7 @@ svg .axis-break rect { fill: var(--soft); stroke: var(--line); stroke-dasharray:
 .o-forwarded { fill: var(--forwarded); stroke: var(--forwarded); } .o-replayed { fill: var(--replayed); stroke: var(--replayed); }
 .o-stale { fill: var(--stale); stroke: var(--stale); } .o-in_flight { fill: var(--in-flight); stroke: var(--in-flight); }
 .o-unknown { fill: var(--unknown); stroke: var(--unknown); } .o-duplicate { fill: #fff; stroke: var(--duplicate); }
+.o-lease { fill: #0969da; stroke: #0969da; }
 .o-overtaken { fill: var(--overtaken); stroke: var(--overtaken); } .o-refused { fill: var(--refused); stroke: var(--refused); }
 .o-resolve { fill: var(--operator); stroke: var(--operator); }
 .o-probe { fill: #fff; stroke: var(--operator); stroke-width: 2; } .o-settled { fill: var(--forwarded); stroke: var(--operator); stroke-width: 2; }

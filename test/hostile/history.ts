@@ -14,6 +14,8 @@
  *   fencing token and a fresh idempotency key per write, pause past their lease (a GC pause),
  *   lose acks and retry with the same key, abort requests mid-flight, send a request twice at
  *   once. Every attempt and what came back is recorded.
+ * - `sendAttempt()`: one request as the workload sends it, for a test's own retries (a client
+ *   coming back later with a key it was answered for), checked with the rest.
  * - `checkHistory()`: verifies the recorded history against the ledger:
  *     stale-write-applied        per resource, the applied tokens never decrease
  *     key-applied-twice          under `unknownOutcome: reject` no key is applied twice
@@ -343,6 +345,63 @@ const refused = (e: unknown) => {
   return err.code === 'ECONNREFUSED' || err.cause?.code === 'ECONNREFUSED'
 }
 
+/** One request of the workload: what it writes, and how (a fault for the ledger, a client giving up after `abortAfter` ms). */
+export interface AttemptSpec {
+  worker: number
+  route: string
+  res: string
+  token: string
+  key: string
+  body: string
+  attempt: number
+  fault: string
+  abortAfter?: number
+}
+
+/**
+ * Sends one attempt (POST BASE/ROUTE/RES/charge with its fencing token, idempotency key and
+ * ledger fault) and records what came back; a test may send its own attempts this way (a client
+ * retrying a key later) and check them with the workload's.
+ */
+export async function sendAttempt(base: string, s: AttemptSpec, dispatcher: Agent): Promise<Attempt> {
+  const { worker, route, res, token, key, body, attempt, fault, abortAfter } = s
+  const a: Attempt = {
+    worker, route, resource: `${route}:${res}`, token, key, attempt, fault, abortAfter,
+    start: Date.now(), end: 0, status: 0, replayed: false, body: Buffer.alloc(0), headers: {},
+  }
+  const ac = abortAfter !== undefined ? new AbortController() : undefined
+  const timer = ac ? setTimeout(() => ac.abort(), abortAfter) : undefined
+  try {
+    const r = await request(`${base}/${route}/${res}/charge`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'fencing-token': token,
+        'idempotency-key': key,
+        'x-ledger-fault': fault,
+        'x-request-id': `${key}.${attempt}`,
+      },
+      body,
+      signal: ac?.signal,
+      dispatcher,
+    })
+    a.headers = r.headers
+    a.body = Buffer.from(await r.body.arrayBuffer())
+    a.status = r.statusCode
+    a.replayed = r.headers['idempotent-replayed'] === 'true'
+    parseProblem(a)
+  } catch (e) {
+    const err = e as Error & { code?: string }
+    a.status = 0
+    a.error = `${err.code ?? err.name}: ${err.message}`
+    if (refused(e)) a.error = `ECONNREFUSED: ${err.message}`
+  } finally {
+    clearTimeout(timer)
+    a.end = Date.now()
+  }
+  return a
+}
+
 /** Runs the workers until `ops` keys are written (and `until()`); resolves with every attempt made. */
 export async function runWorkload(o: WorkloadOptions): Promise<Attempt[]> {
   const history: Attempt[] = []
@@ -354,42 +413,8 @@ export async function runWorkload(o: WorkloadOptions): Promise<Attempt[]> {
     const f = rng.weighted(o.faults.map((x) => [x, x.weight] as const))
     const fault = f.ms ? `${f.name}:${rng.int(f.ms[0], f.ms[1])}` : f.name
     const abortAfter = rng.chance(o.pAbort) ? rng.int(1, 40) : undefined
-    const a: Attempt = {
-      worker: w, route, resource: `${route}:${res}`, token, key, attempt, fault, abortAfter,
-      start: Date.now(), end: 0, status: 0, replayed: false, body: Buffer.alloc(0), headers: {},
-    }
-    const ac = abortAfter !== undefined ? new AbortController() : undefined
-    const timer = ac ? setTimeout(() => ac.abort(), abortAfter) : undefined
-    try {
-      const base = typeof o.url === 'string' ? o.url : rng.pick(o.url)
-      const r = await request(`${base}/${route}/${res}/charge`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'fencing-token': token,
-          'idempotency-key': key,
-          'x-ledger-fault': fault,
-          'x-request-id': `${key}.${attempt}`,
-        },
-        body,
-        signal: ac?.signal,
-        dispatcher: o.dispatcher,
-      })
-      a.headers = r.headers
-      a.body = Buffer.from(await r.body.arrayBuffer())
-      a.status = r.statusCode
-      a.replayed = r.headers['idempotent-replayed'] === 'true'
-      parseProblem(a)
-    } catch (e) {
-      const err = e as Error & { code?: string }
-      a.status = 0
-      a.error = `${err.code ?? err.name}: ${err.message}`
-      if (refused(e)) a.error = `ECONNREFUSED: ${err.message}`
-    } finally {
-      clearTimeout(timer)
-      a.end = Date.now()
-    }
-    return a
+    const base = typeof o.url === 'string' ? o.url : rng.pick(o.url)
+    return sendAttempt(base, { worker: w, route, res, token, key, body, attempt, fault, abortAfter }, o.dispatcher)
   }
 
   /** Writes one key until it is done, refused as stale, known unknown, or given up. */

@@ -18,6 +18,7 @@ import { StoreError, StoreWentBack, type AuditEntry, type ClaimRequest, type Cla
 import { randomUUID } from 'node:crypto'
 import { describeRelease } from './conformance-give-back.js'
 import { describeSettle } from './conformance-settle.js'
+import { describeLeases } from './conformance-leases.js'
 
 export type Cleanup = () => Promise<void> | void
 
@@ -527,11 +528,13 @@ export function describeStoreConformance(
     })
 
     describeRelease(open)
-    describeSettle(open, options.onStoreClock && (async () => {
+    const onStoreClock = options.onStoreClock && (async () => {
       const s = await options.onStoreClock!()
       opened.push(s)
       return s
-    }))
+    })
+    describeSettle(open, onStoreClock)
+    describeLeases(open, options.makeSecond && openSecond, onStoreClock)
 
     describe('renew (the gateway keeps its live claim)', () => {
       test('renewing moves the lease end: the record stays in flight past its first lease, then lapses without renewal', async () => {

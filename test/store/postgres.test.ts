@@ -40,7 +40,7 @@ describeStoreConformance('postgres', () => open(), {
   failClaims: () => faultOnRecords(),
   cleanup: async () => {
     await removeFault() // a test that failed before removing its fault must not fail the next ones
-    await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1, "${schema}".fg_audit_v1`)
+    await admin.query(`TRUNCATE "${schema}".fg_fences_v1, "${schema}".fg_records_v1, "${schema}".fg_audit_v1, "${schema}".fg_leases_v1`)
   },
 })
 

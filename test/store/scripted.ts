@@ -62,6 +62,10 @@ export class Scripted implements Store {
   unknownRecord = unused
   takeProbe = unused
   settle = unused
+  acquireLease = unused
+  renewLease = unused
+  releaseLease = unused
+  readLease = unused
   olderRegistered = unused
   markers = unused
   acceptLoss = unused

@@ -17,7 +17,9 @@ const worker = Number(process.env.FG_WORKER)
 const workers = Number(process.env.FG_WORKERS)
 const rounds = Number(process.env.FG_ROUNDS)
 
-const store = new SqliteStore({ path, busyTimeoutMs: 10_000, reapIntervalMs: 0 })
+// synchronous normal: the test is about two processes taking turns on the lock, and an fsync per commit
+// would leave too few turns in the claim window on a loaded machine to show any
+const store = new SqliteStore({ path, busyTimeoutMs: 10_000, reapIntervalMs: 0, synchronous: 'normal' })
 // warm up (statements, JIT) on keys and a resource nobody else touches
 for (let i = 0; i < 50; i++) {
   await store.fence(`warmup/${worker}`, BigInt(i))

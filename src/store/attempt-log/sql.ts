@@ -9,7 +9,7 @@ import { emptyCounts, type AuditCounts, type AuditEntry, type TimelineFilter } f
 export const AUDIT_COLUMNS = [
   'time', 'kind', 'replica', 'route', 'method', 'resource', 'token', 'key_hash', 'fingerprint', 'outcome',
   'result', 'unknown', 'abandoned', 'duplicate', 'overtaken', 'status', 'upstream_status', 'duration_ms',
-  'trace_id', 'resolution', 'request_id', 'reason', 'actor', 'upstream_ms', 'late_ms', 'highest_token',
+  'trace_id', 'resolution', 'request_id', 'reason', 'actor', 'upstream_ms', 'late_ms', 'highest_token', 'lease_until',
 ] as const
 
 /** The row of an entry, values in AUDIT_COLUMNS order. */
@@ -18,7 +18,7 @@ export const auditRow = (e: AuditEntry): (string | number | null)[] => [
   e.fingerprint ?? null, e.outcome ?? null, e.result ?? null, e.unknown ?? null, e.abandoned ? 1 : 0,
   e.duplicate ? 1 : 0, e.overtaken ? 1 : 0, e.status ?? null, e.upstreamStatus ?? null,
   e.durationMs ?? null, e.traceId ?? null, e.resolution ?? null, e.requestId ?? null, e.reason ?? null, e.by ?? null,
-  e.upstreamMs ?? null, e.lateMs ?? null, e.highestToken ?? null,
+  e.upstreamMs ?? null, e.lateMs ?? null, e.highestToken ?? null, e.leaseUntil ?? null,
 ]
 
 /**
@@ -56,7 +56,7 @@ export function timelineSql(table: string, p: (n: number) => string, f: Timeline
   const or: string[] = []
   for (const h of f.keyHashes ?? []) { values.push(h); or.push(`key_hash = ${p(values.length)}`) }
   if (f.resource !== undefined) { values.push(f.resource); or.push(`resource = ${p(values.length)}`) }
-  if (f.operator) or.push("kind <> 'attempt'")
+  if (f.operator) or.push("kind NOT IN ('attempt', 'lease')")
   if (f.all) or.push('TRUE')
   let where = `time >= ${p(1)} AND (${or.length ? or.join(' OR ') : 'FALSE'})`
   if (f.until !== undefined) { values.push(f.until); where += ` AND time < ${p(values.length)}` }
@@ -114,6 +114,7 @@ export function entryFromRow(r: Record<string, unknown>): AuditEntry {
   set('requestId', str('request_id'))
   set('reason', str('reason'))
   set('by', str('actor'))
+  set('leaseUntil', num('lease_until'))
   return e
 }
 

@@ -16,8 +16,12 @@ export interface AuditEntry {
    * (`result` its answer: applied, not_applied, undecided, error; `upstreamStatus`, `upstreamMs`,
    * `requestId` of the attempt it settles, `reason` what went wrong). A settlement by probe is a
    * `resolve` entry with `by` "probe".
+   * `lease`: the lease service (contract §3a) decided on the resource's lease: `result` granted,
+   * held, renewed, released, stale or expired (a takeover of a lease past its end: written with
+   * the grant, `token` the old lease's), `token` the lease's, `by` its holder, `leaseUntil` its end;
+   * `route` is LEASE_ROUTE.
    */
-  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe'
+  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe' | 'lease'
   /** hostname:pid of the gateway process (or the CLI) that wrote it */
   replica: string
   route: string
@@ -67,9 +71,14 @@ export interface AuditEntry {
   resolution?: 'completed' | 'failed'
   /** operator actions (`resolve`, `accept-loss`): why, as given with `--reason` or the admin body's `reason` */
   reason?: string
-  /** operator actions: who, e.g. `cli:alice@host-1` or `admin-api:10.0.0.7` */
+  /** operator actions: who, e.g. `cli:alice@host-1` or `admin-api:10.0.0.7`; a lease entry: its holder */
   by?: string
+  /** kind `lease`: when the lease ends (granted, renewed, held) or ended (released, expired), epoch ms */
+  leaseUntil?: number
 }
+
+/** The `route` of the lease service's entries: no route's name (names are [a-z0-9_-]+), so never one of theirs. */
+export const LEASE_ROUTE = '(leases)'
 
 /** Counts of one route over a window (contract §8, without `claim`). */
 export interface AuditCounts {
@@ -120,7 +129,7 @@ export function fencedIn(e: AuditEntry, since: number, until: number, route: str
 
 /**
  * Which entries a timeline holds: those with one of `keyHashes`, or with `resource`, or (with
- * `operator`) every operator action (kinds other than `attempt`), or (with `all`) every entry;
+ * `operator`) every operator action (kinds other than `attempt` and `lease`), or (with `all`) every entry;
  * only `route`'s when given, and only those before `until` (epoch ms) when given: the next older
  * page of a timeline.
  */
@@ -138,7 +147,7 @@ export function inTimeline(e: AuditEntry, f: TimelineFilter): boolean {
   if (f.route !== undefined && e.route !== f.route) return false
   if (f.until !== undefined && e.time >= f.until) return false
   if (f.all) return true
-  if (f.operator && e.kind !== 'attempt') return true
+  if (f.operator && e.kind !== 'attempt' && e.kind !== 'lease') return true
   if (f.keyHashes && e.keyHash !== undefined && f.keyHashes.includes(e.keyHash)) return true
   return f.resource !== undefined && e.resource === f.resource
 }

@@ -39,6 +39,7 @@ import type { LossNote } from '../state-loss/note.js'
 import type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
 import type { ClaimRequest, ClaimResult, Completion, RecordKey, ReleaseResult, Resolution, ResolveResult, SettleStore, UnknownRecord } from './records.js'
 import type { StoreKind } from './kind.js'
+import type { LeaseStore } from './leases.js'
 
 // the shapes the interface speaks in, one module per side, imported from here
 export type { AdmitResult, FenceMark, FenceRequest, FenceResult, OlderWrites, Registration } from './fences.js'
@@ -48,8 +49,9 @@ export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 export type { UnknownReason }
 
 export type { StoreKind }
+export type { Lease, LeaseChange, LeaseGrant, LeaseStore } from './leases.js'
 
-export interface Store extends SettleStore {
+export interface Store extends SettleStore, LeaseStore {
   readonly kind: StoreKind
   /**
    * True only for the memory store (MemoryStore sets it; SqliteStore and the stand-in of ../runtime/late.ts

@@ -8,7 +8,7 @@ import type { StoreKind } from '../contract/kind.js'
 export type FindingStatus = 'ok' | 'risk' | 'unknown'
 
 export interface Finding {
-  /** what was looked at: persistence, maxmemory-policy, replication, cluster, synchronous_commit, fsync, standbys, recovery, journal_mode, synchronous, filesystem, disk, durability, clock, tls; state-loss (a loss note), loss-accepted (the last accept-loss) */
+  /** what was looked at: persistence, maxmemory-policy, replication, cluster, shard (one per Redis Cluster master), synchronous_commit, fsync, standbys, recovery, journal_mode, synchronous, filesystem, disk, durability, clock, tls; state-loss (a loss note), loss-accepted (the last accept-loss) */
   id: string
   status: FindingStatus
   /** the settings read and their values, e.g. `appendonly no, save ""` */
@@ -19,6 +19,24 @@ export interface Finding {
   blocking?: true
   /** the node(s) it was read on (a Redis Cluster's masters) */
   nodes?: string[]
+  /** finding `shard`: the master, its slots and replicas as read */
+  shard?: ShardView
+}
+
+/** One Redis Cluster shard as `fencegate doctor` read it (INFO replication on its master). */
+export interface ShardView {
+  /** host:port */
+  master: string
+  /** inclusive slot ranges */
+  slots: [number, number][]
+  /** master_repl_offset, bytes */
+  offset: number
+  /** the replicas connected to it; behindBytes is the master's offset less the one the replica acknowledged, lagSeconds the time since its last acknowledgement */
+  replicas: { node: string; state: string; offset: number; behindBytes: number; lagSeconds: number }[]
+  /** store.replicas */
+  wanted: number
+  /** at least `wanted` replicas connected: its writes are served */
+  covered: boolean
 }
 
 export interface DoctorReport {

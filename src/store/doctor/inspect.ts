@@ -5,7 +5,8 @@
  * (<engine>/settings.ts); this module picks one, bounds it in time, and runs the start-up check.
  * `fencegate doctor` and its formatter are with the other commands (src/audit/cli.ts):
  *   redis     appendonly / appendfsync / save, maxmemory-policy, role and replication (against
- *             store.replicas), cluster mode — on every master of a cluster;
+ *             store.replicas), cluster mode — on every master of a cluster, with one `shard`
+ *             finding per master: its slots, replicas and what a failover would cost;
  *   postgres  synchronous_commit, fsync, synchronous standbys, whether it is a standby;
  *   sqlite    journal_mode and synchronous of the gateway's own connection, and the filesystem
  *             the file is on (tmpfs, a network filesystem, a container's writable layer);

@@ -20,6 +20,8 @@ import { RecordTable } from './records.js'
 import { RegisteredWrites } from './registrations.js'
 import type { MemoryCapacity, MemoryStoreOptions } from './options.js'
 import { WriteSequence } from '../state-loss/sequence.js'
+import { MemoryLeases } from './leases.js'
+import type { Lease, LeaseChange, LeaseGrant } from '../contract/leases.js'
 import type { LossNote } from '../state-loss/note.js'
 
 export type { MemoryCapacity, MemoryStoreOptions } from './options.js'
@@ -236,6 +238,13 @@ export class MemoryStore implements Store {
       return r.state === 'unknown' || crashed ? unknownOf(key, r, crashed) : undefined
     })
   }
+
+  /** contract §3a: each resource's lease, beside its mark; the grant raises the mark in the same section */
+  readonly #leases = new MemoryLeases()
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#write('lease_acquire', () => this.#leases.acquire(resource, holder, ttlMs, now, this.#fences.get(resource), (t) => this.#fence(resource, t, now, 'lease_acquire'))) }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#write('lease_renew', () => this.#leases.renew(resource, token, now, this.#fences.get(resource))) }
+  releaseLease(resource: string, token: bigint): Promise<LeaseChange> { return this.#write('lease_release', () => this.#leases.release(resource, token, this.#fences.get(resource))) }
+  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#call('lease_read', () => this.#leases.read(resource, now)) }
 
   /** `fencing.serialize: store` */
   readonly #registrations = new RegisteredWrites()

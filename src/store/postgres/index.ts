@@ -30,7 +30,8 @@
  * calls that needed it reject with StoreError (503).
  */
 import type pg from 'pg'
-import { StoreError, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
+import { changeOf, grantOf, leaseBatches, leaseQueries, readLease, type LeaseCall } from './lease-functions.js'
+import { StoreError, type Lease, type LeaseChange, type LeaseGrant, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { reapLog, tableLog } from './attempt-log.js'
 import type { OlderWrites, Registration } from '../contract/store.js'
@@ -90,6 +91,7 @@ export class PostgresStore implements Store {
     if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw new TypeError('options.statementTimeoutMs must be a positive integer')
     this.#schema = quoted(schema)
     this.#q = queries(this.#schema)
+    this.#lq = leaseQueries(this.#schema)
     this.#pool = createPool({ url, pool, statementTimeoutMs, connectTimeoutMs, tls: options.tls }, () => {})
     this.sequence = options.sequence ?? new WriteSequence()
     this.#timeline = new Timeline((options.replicas ?? 0) === 0, this.sequence)
@@ -201,21 +203,13 @@ export class PostgresStore implements Store {
     }))
   }
 
-  highest(resource: string): Promise<bigint | undefined> {
-    return this.#run('highest', () => readHighest(this.#pool, this.#q, resource))
-  }
+  highest(resource: string): Promise<bigint | undefined> { return this.#run('highest', () => readHighest(this.#pool, this.#q, resource)) }
 
-  mark(resource: string): Promise<FenceMark | undefined> {
-    return this.#run('mark', () => readMark(this.#pool, this.#q, this.clock, resource))
-  }
+  mark(resource: string): Promise<FenceMark | undefined> { return this.#run('mark', () => readMark(this.#pool, this.#q, this.clock, resource)) }
 
-  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> {
-    return this.#run('claim', async () => this.#localClaim(await this.#batches.claim({ key, req, now: this.#now(now) })))
-  }
+  claim(key: RecordKey, req: ClaimRequest, now: number): Promise<ClaimResult> { return this.#run('claim', async () => this.#localClaim(await this.#batches.claim({ key, req, now: this.#now(now) }))) }
 
-  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> {
-    return this.#run('finish', async () => { await this.#batches.settle({ key, claimId, done, ttlMs, now: this.#now(now) }) })
-  }
+  finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> { return this.#run('finish', async () => { await this.#batches.settle({ key, claimId, done, ttlMs, now: this.#now(now) }) }) }
 
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#run('release', async () => (await this.#batches.settle({ key, claimId, now: null }))!)
@@ -226,16 +220,18 @@ export class PostgresStore implements Store {
     return this.#run('renew', () => renew(this.#pool, this.#q, key, claimId, leaseMs, this.#now(now)))
   }
 
-  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> {
-    return this.#run('take_probe', () => takeProbe(this.#write, this.#q, key, p, this.#now(now)))
-  }
-  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> {
-    return this.#run('settle', () => settle(this.#write, this.#q, key, probes, as, ttlMs, this.#now(now)))
-  }
+  readonly #lq: ReturnType<typeof leaseQueries>
+  #leases?: (call: LeaseCall) => ReturnType<ReturnType<typeof leaseBatches>>
+  #lease(call: LeaseCall) { return (this.#leases ??= leaseBatches(this.#pool, this.#lq, this.#write))(call) }
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#run('lease_acquire', async () => grantOf(this.clock, resource, await this.#lease({ op: 'acquire', resource, holder, ttlMs, now: this.#now(now) }))) }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_renew', async () => changeOf(this.clock, resource, await this.#lease({ op: 'renew', resource, token, now: this.#now(now) }))) }
+  releaseLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_release', async () => changeOf(this.clock, resource, await this.#lease({ op: 'release', resource, token, now: this.#now(now) }))) }
+  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#run('lease_read', () => readLease(this.#pool, this.#lq, this.clock, resource, this.#now(now))) }
 
-  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', () => resolve(this.#write, this.#q, key, as, ttlMs, this.#now(now)))
-  }
+  takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> { return this.#run('take_probe', () => takeProbe(this.#write, this.#q, key, p, this.#now(now))) }
+  settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> { return this.#run('settle', () => settle(this.#write, this.#q, key, probes, as, ttlMs, this.#now(now))) }
+
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> { return this.#run('resolve', () => resolve(this.#write, this.#q, key, as, ttlMs, this.#now(now))) }
 
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options

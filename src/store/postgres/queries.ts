@@ -8,7 +8,7 @@ import { AUDIT_COLUMNS, auditQuerySql } from '../attempt-log/sql.js'
 /** The attempt log's columns that are not text, with their types (fg_audit_v1, ./schema.ts). */
 const AUDIT_CASTS: Partial<Record<(typeof AUDIT_COLUMNS)[number], string>> = {
   time: 'bigint', abandoned: 'smallint', duplicate: 'smallint', overtaken: 'smallint', status: 'integer', upstream_status: 'integer',
-  duration_ms: 'double precision', upstream_ms: 'double precision', late_ms: 'double precision',
+  duration_ms: 'double precision', upstream_ms: 'double precision', late_ms: 'double precision', lease_until: 'bigint',
 }
 
 /** A statement prepared under `name` on each connection that runs it (pg: one text per name). */

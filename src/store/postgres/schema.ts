@@ -45,6 +45,7 @@ ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS actor text;
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS upstream_ms double precision;
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS late_ms double precision;
 ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS highest_token text;
+ALTER TABLE ${s}.fg_audit_v1 ADD COLUMN IF NOT EXISTS lease_until bigint;
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON ${s}.fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON ${s}.fg_audit_v1 (route, key_hash, time);
 `

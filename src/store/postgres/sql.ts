@@ -10,6 +10,7 @@
 import * as legacy from './legacy-functions.js'
 import * as live from './functions.js'
 import { registrationsTable, tables } from './schema.js'
+import { leaseManyV1, leasesV1 } from './lease-functions.js'
 
 /** One piece of a migration statement, for the (validated, quoted) schema `s`. */
 type Piece = (s: string) => string
@@ -20,6 +21,7 @@ const SCHEMA: Piece[] = [
   legacy.fenceManyV1, legacy.claimManyV1, legacy.admitManyV1, live.fenceManyV2, legacy.admitManyV2,
   legacy.claimManyV2, legacy.admitManyV3, live.releaseV1, legacy.settleManyV3, legacy.settleManyV2, legacy.settleManyV1,
   live.claimV3, live.claimManyV3, live.admitManyV4, live.settleManyV4, live.takeProbeV1, live.settleUnknownV1,
+  leasesV1, leaseManyV1,
 ]
 
 const REGISTRATIONS: Piece[] = [

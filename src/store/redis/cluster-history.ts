@@ -42,6 +42,28 @@ export interface MasterView {
   offset: number
   /** connected_slaves */
   replicas: number
+  /** the replicas' links as the master lists them (slave0, slave1, …) */
+  links: ReplicaLink[]
+}
+
+/** One replica of a master, from the master's INFO replication `slaveN:ip=…,port=…,state=…,offset=…,lag=…`. */
+export interface ReplicaLink {
+  /** host:port */
+  node: string
+  /** online, wait_bgsave, send_bulk */
+  state: string
+  /** the replication offset it acknowledged, bytes */
+  offset: number
+  /** seconds since its last acknowledgement */
+  lag: number
+}
+
+/** The `slaveN:` lines of an INFO replication answer. */
+export function replicaLinks(info: string): ReplicaLink[] {
+  return [...info.matchAll(/^slave\d+:(.*)$/gm)].map((m) => {
+    const f = new Map(m[1].trim().split(',').map((kv) => kv.split('=') as [string, string]))
+    return { node: `${f.get('ip') ?? '?'}:${f.get('port') ?? '?'}`, state: f.get('state') ?? '?', offset: Number(f.get('offset') ?? 0), lag: Number(f.get('lag') ?? 0) }
+  })
 }
 
 /** "0-5460, 10923" */
@@ -72,6 +94,7 @@ export async function readMasters(cluster: Cluster): Promise<MasterView[]> {
       replid: field('master_replid'), previous: field('master_replid2'),
       secondOffset: Number(field('second_repl_offset') || -1), offset: Number(field('master_repl_offset') || 0),
       replicas: Number(field('connected_slaves') || 0),
+      links: replicaLinks(info),
     } satisfies MasterView
   }))
   return views.filter((v): v is MasterView => v !== undefined)
@@ -86,6 +109,9 @@ export function shortfalls(views: MasterView[], replicas: number): string[] {
   return views.filter((v) => v.replicas < replicas).map((v) =>
     `shard ${v.node} (slots ${slotRanges(v.slots)}) has ${v.replicas} of ${replicas} replica${replicas === 1 ? '' : 's'} connected: its writes are refused (503)`)
 }
+
+/** How long a promoted master's slots refuse writes by default with store.replicas 0, ms. */
+export const SETTLE_MS = 2500
 
 export interface ClusterHistoryOptions {
   /** store.replicas 0: a failover may lose acknowledged writes (no WAIT) */

@@ -21,7 +21,7 @@
  * and here the `Store` operations, which put those together.
  */
 import { storeCall } from '../shared/call.js'
-import { StoreError, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
+import { StoreError, type Lease, type LeaseChange, type LeaseGrant, type AdmitResult, type ClaimRequest, type ClaimResult, type Completion, type FenceMark, type FenceRequest, type FenceResult, type OlderWrites, type RecordKey, type Registration, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type StateMarkers, type Store, type UnknownRecord } from '../contract/store.js'
 import type { AuditLog } from '../attempt-log/types.js'
 import { streamLog } from './attempt-log.js'
 import { StoreClock } from '../shared/clock.js'
@@ -30,7 +30,7 @@ import { KeyNames } from './keys.js'
 import { Writer } from './replicas.js'
 import { WriteSequence } from '../state-loss/sequence.js'
 import { ReplicationHistory, replicationIds } from './history.js'
-import { ClusterHistory, shortfalls } from './cluster-history.js'
+import { ClusterHistory, SETTLE_MS, shortfalls } from './cluster-history.js'
 import type { Cluster } from 'ioredis'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
@@ -39,6 +39,7 @@ import type { RedisStoreOptions } from './options.js'
 import { admit, claim, fence, type Admission } from './admission.js'
 import { finish, release, renew, resolve, settle, takeProbe } from './records.js'
 import { olderRegistered, register, unregister } from './serialize.js'
+import { acquireLease, changeLease, readLease } from './leases.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
@@ -77,7 +78,7 @@ export class RedisStore implements Store {
   constructor(options: RedisStoreOptions) {
     const {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
-      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = 2500,
+      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = SETTLE_MS,
     } = options
     // with Sentinels the url only carries credentials, TLS and the database: it may be left out
     const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : options.sentinels ? ['redis://sentinel'] : []
@@ -170,9 +171,7 @@ export class RedisStore implements Store {
   }
 
   /** See ./markers.ts. */
-  async acceptLoss(): Promise<string> {
-    return this.#run('accept_loss', () => acceptLoss(this.#redis, this.#keys, this.cluster))
-  }
+  async acceptLoss(): Promise<string> { return this.#run('accept_loss', () => acceptLoss(this.#redis, this.#keys, this.cluster)) }
 
   /** One server: the replication ids now, against the primary known (./history.ts). @throws StoreWentBack */
   async #checkHistory(op: string): Promise<void> {
@@ -235,25 +234,18 @@ export class RedisStore implements Store {
    * on a cluster alike. Nothing lowers it: a lowered mark could let an older token in after a
    * newer one was forwarded. Redis not reached at all: nothing changed.
    */
-  admit(fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
-    return this.#run('admit', () => admit(this.#ops, fenceReq, key, req, now))
-  }
-
+  admit(fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> { return this.#run('admit', () => admit(this.#ops, fenceReq, key, req, now)) }
   finish(key: RecordKey, claimId: string, done: Completion, ttlMs: number, now: number): Promise<void> { return this.#run('finish', () => finish(this.#ops, key, claimId, done, ttlMs, now)) }
-
   /** No WAIT (./records.ts). */
-  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> {
-    return this.#run('renew', () => renew(this.#ops, key, claimId, leaseMs, now))
-  }
-
+  renew(key: RecordKey, claimId: string, leaseMs: number, now: number): Promise<boolean> { return this.#run('renew', () => renew(this.#ops, key, claimId, leaseMs, now)) }
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> { return this.#run('release', () => release(this.#ops, key, claimId)) }
-
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#run('lease_acquire', () => acquireLease(this.#ops, resource, holder, ttlMs, now)) }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_renew', () => changeLease(this.#ops, resource, token, now, 'renew')) }
+  releaseLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#run('lease_release', () => changeLease(this.#ops, resource, token, now, 'release')) }
+  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#run('lease_read', () => readLease(this.#ops, resource, now)) }
   takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> { return this.#run('take_probe', () => takeProbe(this.#ops, key, p, now)) }
   settle(key: RecordKey, probes: number, as: Settlement, ttlMs: number, now: number): Promise<SettleResult> { return this.#run('settle', () => settle(this.#ops, key, probes, as, ttlMs, now)) }
-
-  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> {
-    return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now))
-  }
+  resolve(key: RecordKey, as: Resolution, ttlMs: number, now: number): Promise<ResolveResult> { return this.#run('resolve', () => resolve(this.#ops, key, as, ttlMs, now)) }
 
   /**
    * One server: reads the index of unsettled records — O(records in flight or unknown) — built
@@ -266,9 +258,7 @@ export class RedisStore implements Store {
     return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
   }
 
-  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
-    return this.#run('unknowns', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key))
-  }
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> { return this.#run('unknowns', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key)) }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)
 

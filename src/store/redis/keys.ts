@@ -13,6 +13,9 @@
  *                                            tag as the mark: REGISTER reads the mark and writes
  *                                            here in one script, on a cluster too); PEXPIRE = its
  *                                            latest deadline + 60 s, so a crashed replica's go
+ *   {fg:<prefix>:f:<resource>}l              hash: the resource's lease (contract §3a, ./lua-leases.ts):
+ *                                            the mark's hash tag, so a grant raises the mark in the
+ *                                            same script, on a cluster too; never expires
  *   {fg:<prefix>:r:<route>:<scope>:<key>}    hash: one idempotency record; PEXPIRE = its ttl
  *   {fg:<prefix>:epoch}                      string: written once when the prefix is first used
  *   {fg:<prefix>:accepted}                   string: the epoch an operator accepted after a loss
@@ -165,6 +168,12 @@ export class KeyNames {
   /** The hash of `resource`'s registrations: the mark's hash tag, so one slot with it. */
   registrations(resource: string): string {
     return `${this.mark(resource)}w`
+  }
+
+  /** The keys of the resource's lease scripts: the mark, its since key, the lease (one hash tag: one slot). */
+  lease(resource: string): [mark: string, since: string, lease: string] {
+    const k = this.mark(resource)
+    return [k, `${k}s`, `${k}l`]
   }
 
   /** One idempotency record. */

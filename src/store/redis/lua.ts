@@ -26,7 +26,7 @@
 
 // Lua: the instant of this script, epoch ms: the caller's `now` when it passes one (tests), else
 // the server's TIME. Written out with %.0f: tostring would switch to exponent notation.
-const NOW = `local function clock(given)
+export const NOW = `local function clock(given)
   if given and given ~= '' then return tonumber(given) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -36,7 +36,7 @@ local function ms(x) return string.format('%.0f', x) end
 
 // Lua: a < b for canonical decimal strings (tokens up to 2^63-1, beyond Lua's exact numbers):
 // the shorter is smaller, then byte by byte. Shared by the scripts that compare tokens.
-const DECIMAL_LT = `local function lt(a, b)
+export const DECIMAL_LT = `local function lt(a, b)
   if #a ~= #b then return #a < #b end
   for i = 1, #a do
     local x, y = string.byte(a, i), string.byte(b, i)

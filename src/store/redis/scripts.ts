@@ -5,6 +5,7 @@
  */
 import { createHash } from 'node:crypto'
 import type { ClaimRequest } from '../contract/store.js'
+import { LEASE_ACQUIRE, LEASE_CHANGE, LEASE_READ } from './lua-leases.js'
 import { ADMIT, AUDIT, CLAIM, FENCE, FINISH, OLDER, REGISTER, REINDEX, RELEASE, RENEW, RESOLVE, SETTLE, TAKE_PROBE, UNREGISTER } from './lua.js'
 
 /**
@@ -77,10 +78,13 @@ export const SCRIPTS = {
   fgRegister: script('fgRegister', REGISTER, 2),
   fgOlder: script('fgOlder', OLDER, 1),
   fgUnregister: script('fgUnregister', UNREGISTER, 1),
+  fgLeaseAcquire: script('fgLeaseAcquire', LEASE_ACQUIRE, 3),
+  fgLeaseChange: script('fgLeaseChange', LEASE_CHANGE, 2),
+  fgLeaseRead: script('fgLeaseRead', LEASE_READ, 1),
 } as const
 
 /** Scripts that write nothing the guarantees rest on: no write sequence around them. */
-const UNSEQUENCED = new Set(['fgAudit', 'fgOlder'])
+const UNSEQUENCED = new Set(['fgAudit', 'fgOlder', 'fgLeaseRead'])
 
 /**
  * The scripts of one server: each of SCRIPTS but the attempt log's and the reads, under the same

@@ -2,7 +2,7 @@
  * The Redis settings probe of `fencegate doctor` (../doctor/inspect.ts): appendonly / appendfsync / save,
  * maxmemory-policy, role and replication (against store.replicas), cluster mode — read on the
  * server, or on every master of a cluster (one finding per setting naming the masters it holds
- * for) — and the prefix's loss note, when a gateway left one (../state-loss/note.ts). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
+ * for; replication as one `shard` finding per master, ./shards.ts) — and the prefix's loss note, when a gateway left one (../state-loss/note.ts). `CONFIG GET`, else `INFO` where a managed Redis refuses `CONFIG`.
  */
 import { redisTls, storeTlsOptions } from '../shared/tls.js'
 import { Cluster, Redis } from 'ioredis'
@@ -11,6 +11,8 @@ import type { Finding } from '../doctor/findings.js'
 import { lossFinding } from '../doctor/loss.js'
 import { KeyNames } from './keys.js'
 import { readNote } from './markers.js'
+import { readMasters } from './cluster-history.js'
+import { shardFindings } from './shards.js'
 
 const EVICTING = /^(allkeys|volatile)-(lru|lfu|random)$|^volatile-ttl$/
 
@@ -75,6 +77,8 @@ function nodeFindings(n: RedisNode, replicasWanted: number, cluster: boolean): F
     out.push({ id: 'maxmemory-policy', status: 'unknown', setting: `maxmemory-policy ${policy}`, consequence: 'An eviction policy fencegate does not know: if it evicts keys, high-water marks or records can be forgotten.' })
   }
 
+  // a cluster's replication is reported per shard (./shards.ts)
+  if (cluster) return out
   const role = n.info.get('role')
   const replicas = Number(n.info.get('connected_slaves') ?? '0')
   if (role === 'slave' || role === 'replica') {
@@ -88,9 +92,7 @@ function nodeFindings(n: RedisNode, replicasWanted: number, cluster: boolean): F
   } else {
     out.push({ id: 'replication', status: 'ok', setting: 'role master, no replicas', consequence: 'One Redis, no replicas: nothing is lost to a failover; while it is down, fenced routes answer 503.' })
   }
-  if (cluster) {
-    // the cluster finding is made once, over every master (redisFindings)
-  } else if (n.info.get('cluster_enabled') === '1') {
+  if (n.info.get('cluster_enabled') === '1') {
     out.push({ id: 'cluster', status: 'risk', setting: 'cluster_enabled 1, store.cluster false', consequence: 'This node is part of a Redis Cluster but the store is configured as one server: most keys would answer MOVED. Set store.cluster: true.' })
   }
   return out
@@ -151,11 +153,11 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
       }
     })
     const state = (await cluster.cluster('INFO') as string).match(/cluster_state:(\w+)/)?.[1] ?? '?'
-    const out = [...merged.values()]
+    const out = [...merged.values(), ...shardFindings(await readMasters(cluster), config.replicas)]
     out.push({
       id: 'cluster', status: state === 'ok' ? 'ok' : 'risk', setting: `Redis Cluster, ${masters.length} master${masters.length === 1 ? '' : 's'}, cluster_state ${state}`,
       consequence: state === 'ok'
-        ? 'Each slot\'s marks and records live on one master: a master that fails over loses what its replica had not received, and one that comes back empty shows through the copies of the epoch marker in every block of slots.'
+        ? 'Each slot\'s marks and records live on one master (the `shard` findings: its replicas, and what a failover of it would cost); a master that comes back empty shows through the copies of the epoch marker in every block of slots.'
         : 'The cluster is not serving every slot: requests whose keys are in an unserved slot fail closed (503).',
       nodes: masters.map((m) => `${m.options.host}:${m.options.port}`),
     })

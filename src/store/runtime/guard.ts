@@ -197,6 +197,11 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     unknownRecord: (key, now) => call('unknowns', () => inner.unknownRecord(key, now)),
     takeProbe: (key, p, now) => call('take_probe', () => inner.takeProbe(key, p, now)),
     settle: (key, probes, as, ttlMs, now) => call('settle', () => inner.settle(key, probes, as, ttlMs, now)),
+    // a grant whose answer was lost is nobody's: its holder's next acquisition replaces it, another holder waits out its ttl
+    acquireLease: (resource, holder, ttlMs, now) => call('lease_acquire', () => inner.acquireLease(resource, holder, ttlMs, now)),
+    renewLease: (resource, token, now) => call('lease_renew', () => inner.renewLease(resource, token, now)),
+    releaseLease: (resource, token, now) => call('lease_release', () => inner.releaseLease(resource, token, now)),
+    readLease: (resource, now) => call('lease_read', () => inner.readLease(resource, now)),
     // a registration a slow store makes after the request gave up on it is ended at once: it would
     // hold newer tokens of its resource back until its deadline
     register: (resource, token, id, deadline, now) => {

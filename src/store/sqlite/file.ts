@@ -9,7 +9,7 @@ import { dirname } from 'node:path'
 import { randomUUID } from 'node:crypto'
 import Database, { type Database as Db } from 'better-sqlite3'
 import { StoreError } from '../contract/store.js'
-import { ADDED_COLUMNS, META, REGISTRATIONS_SCHEMA, SCHEMA, addColumn, tableInfo } from './sql.js'
+import { ADDED_COLUMNS, LEASES_SCHEMA, META, REGISTRATIONS_SCHEMA, SCHEMA, addColumn, tableInfo } from './sql.js'
 
 /** An open, initialised file. */
 export interface OpenFile {
@@ -33,6 +33,7 @@ export function openFile(path: string, busyTimeoutMs: number, synchronous: 'norm
     db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
     db.exec(SCHEMA)
     db.exec(REGISTRATIONS_SCHEMA)
+    db.exec(LEASES_SCHEMA)
     // a file made by an older version: the columns added since
     const columns = new Map<string, Set<string>>()
     for (const [table, column, type] of ADDED_COLUMNS) {

@@ -32,6 +32,8 @@ import type { AdmitResult, FenceMark, FenceRequest, StateMarkers, ClaimRequest, 
 import { busyWhy, retryWhileBusy } from './busy.js'
 import { openFile } from './file.js'
 import { GroupCommit } from './group-commit.js'
+import { SqliteLeases } from './leases.js'
+import type { Lease, LeaseChange, LeaseGrant } from '../contract/leases.js'
 import { DiskWatch } from './disk.js'
 import { Operations } from './operations.js'
 import { SqliteAttemptLog } from './attempt-log.js'
@@ -81,6 +83,7 @@ export class SqliteStore implements Store {
     this.#path = path
     this.#inode = inode
     this.#ops = new Operations(db)
+    this.#leases = new SqliteLeases(db, this.#ops)
     this.#meta = new Meta(db, this.sequence)
     this.#commits = new GroupCommit(db, busyTimeoutMs, {
       begin: () => this.#advance('write'),
@@ -194,6 +197,12 @@ export class SqliteStore implements Store {
   release(key: RecordKey, claimId: string): Promise<ReleaseResult> {
     return this.#write('release', () => this.#ops.release(recordId(key), claimId))
   }
+
+  readonly #leases: SqliteLeases
+  acquireLease(resource: string, holder: string, ttlMs: number, now: number): Promise<LeaseGrant> { return this.#write('lease_acquire', () => this.#leases.acquire(resource, holder, ttlMs, now)) }
+  renewLease(resource: string, token: bigint, now: number): Promise<LeaseChange> { return this.#write('lease_renew', () => this.#leases.renew(resource, token, now)) }
+  releaseLease(resource: string, token: bigint): Promise<LeaseChange> { return this.#write('lease_release', () => this.#leases.release(resource, token)) }
+  readLease(resource: string, now: number): Promise<Lease | undefined> { return this.#run('lease_read', () => this.#leases.read(resource, now)) }
 
   takeProbe(key: RecordKey, p: { seen: number; afterMs: number; nextInMs: number }, now: number): Promise<ProbeTake> {
     return this.#write('take_probe', () => this.#ops.takeProbe(recordId(key), p, now))

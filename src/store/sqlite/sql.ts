@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS fg_audit_v1 (
   resource TEXT, token TEXT, key_hash TEXT, fingerprint TEXT, outcome TEXT, result TEXT, unknown TEXT,
   abandoned INTEGER NOT NULL DEFAULT 0, duplicate INTEGER NOT NULL DEFAULT 0, overtaken INTEGER NOT NULL DEFAULT 0,
   status INTEGER, upstream_status INTEGER, duration_ms REAL, trace_id TEXT, resolution TEXT, request_id TEXT,
-  reason TEXT, actor TEXT, upstream_ms REAL, late_ms REAL, highest_token TEXT
+  reason TEXT, actor TEXT, upstream_ms REAL, late_ms REAL, highest_token TEXT, lease_until INTEGER
 );
 CREATE INDEX IF NOT EXISTS fg_audit_v1_time ON fg_audit_v1 (time);
 CREATE INDEX IF NOT EXISTS fg_audit_v1_key ON fg_audit_v1 (route, key_hash, time);
@@ -43,6 +43,23 @@ CREATE TABLE IF NOT EXISTS fg_registrations_v1 (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS fg_registrations_v1_deadline ON fg_registrations_v1 (deadline);
 `
+
+/**
+ * The lease service (contract §3a): one row per resource, beside its mark in fg_fences_v1; a
+ * released lease keeps its row (and token) with `released` 1. A file made by an older version gets
+ * the table when opened; older gateways never read it.
+ */
+export const LEASES_SCHEMA = `
+CREATE TABLE IF NOT EXISTS fg_leases_v1 (
+  resource TEXT PRIMARY KEY, token INTEGER NOT NULL, holder TEXT NOT NULL, expires_at INTEGER NOT NULL,
+  ttl_ms INTEGER NOT NULL, released INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+`
+
+export const LEASES = {
+  get: 'SELECT token, holder, expires_at, ttl_ms, released FROM fg_leases_v1 WHERE resource = ?',
+  put: 'INSERT OR REPLACE INTO fg_leases_v1 (resource, token, holder, expires_at, ttl_ms, released) VALUES (?, ?, ?, ?, ?, ?)',
+} as const
 
 /**
  * Columns added to a table after it was first released, in the order they are added: a file
@@ -66,6 +83,7 @@ export const ADDED_COLUMNS: readonly (readonly [table: string, column: string, t
   ['fg_records_v1', 'after_probe', 'TEXT'],
   ['fg_records_v1', 'after_probes', 'INTEGER'],
   ['fg_records_v1', 'after_next', 'INTEGER'],
+  ['fg_audit_v1', 'lease_until', 'INTEGER'],
 ]
 
 /** The pragma listing a table's columns (`name` per row). */

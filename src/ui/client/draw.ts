@@ -14,7 +14,7 @@ import { h, human, s } from './lib.js'
 export interface Entry {
   time: string
   /** `probe`: an `idempotency.settle` probe (`result` its answer); a settlement by probe is a `resolve` with `by` "probe" */
-  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe'
+  kind: 'attempt' | 'resolve' | 'accept-loss' | 'probe' | 'lease'
   replica: string
   route: string
   method?: string
@@ -38,12 +38,15 @@ export interface Entry {
   resolution?: string
   reason?: string
   by?: string
+  /** kind `lease`: when the lease ends (granted, renewed, held) or ended (released, expired), epoch ms */
+  leaseUntil?: number
 }
 
 /** The kind of mark an entry gets: its CSS class `o-<kind>` and its shape. */
-export type MarkKind = 'forwarded' | 'replayed' | 'stale' | 'in_flight' | 'unknown' | 'duplicate' | 'overtaken' | 'refused' | 'probe' | 'settled' | 'resolve'
+export type MarkKind = 'lease' | 'forwarded' | 'replayed' | 'stale' | 'in_flight' | 'unknown' | 'duplicate' | 'overtaken' | 'refused' | 'probe' | 'settled' | 'resolve'
 
 export const MARKS: Record<MarkKind, { shape: string; label: string }> = {
+  lease: { shape: 'bar', label: 'lease service: granted, renewed, released, expired, held (409), stale (412)' },
   forwarded: { shape: 'circle', label: 'forwarded, answered' },
   replayed: { shape: 'square', label: 'replayed (upstream not called)' },
   stale: { shape: 'cross', label: '412 stale token' },
@@ -58,6 +61,7 @@ export const MARKS: Record<MarkKind, { shape: string; label: string }> = {
 }
 
 export function markKind(e: Entry): MarkKind {
+  if (e.kind === 'lease') return e.result === 'stale' ? 'stale' : e.result === 'held' ? 'in_flight' : 'lease'
   if (e.kind === 'probe') return 'probe'
   if (e.kind === 'resolve' && e.by === 'probe') return 'settled'
   if (e.kind !== 'attempt') return 'resolve'
@@ -93,11 +97,12 @@ export function legend(): HTMLElement {
   return h('ul', { class: 'legend', 'aria-label': 'Legend' },
     ...(Object.keys(MARKS) as MarkKind[]).map((k) => h('li', { 'data-legend': k }, swatch(shape(k, 9, 9, 6)), ` ${MARKS[k].label}`)),
     h('li', { 'data-legend': 'tenure' }, swatch(s('rect', { class: 'tenure', x: 1, y: 3, width: 16, height: 12 })), " dashed box: a fencing token's lease on the resource, from its first accepted write to its successor's"),
+    h('li', { 'data-legend': 'lease-bar' }, swatch(s('rect', { class: 'lease-bar', x: 1, y: 7, width: 16, height: 4 })), ' solid bar: the lease the lease service granted the token, from its grant to its end (renewals extend it, a release or a takeover ends it)'),
     h('li', { 'data-legend': 'effect' }, swatch(s('rect', { class: 'effect', x: 1, y: 6, width: 16, height: 6 })), ' upstream lane: the time the upstream took; light: no answer (outcome unknown)'),
     breakLegend())
 }
 
-const ACCEPTED = (e: Entry) => e.kind === 'attempt' && e.token !== undefined && e.outcome !== 'stale' && e.outcome !== 'token_missing' && e.outcome !== 'token_malformed'
+const ACCEPTED = (e: Entry) => (e.kind === 'lease' && e.result === 'granted') || e.kind === 'attempt' && e.token !== undefined && e.outcome !== 'stale' && e.outcome !== 'token_missing' && e.outcome !== 'token_malformed'
 
 /** The words of an attempt's mark: status, decision, and what made it notable. */
 export function describe(e: Entry): string {
@@ -105,6 +110,7 @@ export function describe(e: Entry): string {
   if (e.kind === 'resolve' && e.by === 'probe') return `settled as ${e.resolution === 'completed' ? 'applied' : 'not applied'} (${e.upstreamStatus ?? '?'})`
   if (e.kind === 'resolve') return `resolved as ${e.resolution}${e.reason ? `: ${e.reason}` : ''}`
   if (e.kind === 'accept-loss') return 'store state loss accepted'
+  if (e.kind === 'lease') return `lease ${e.result ?? '?'}${e.by && e.result !== 'stale' ? ` (${e.by})` : ''}${e.result === 'stale' && e.highestToken ? `: token ${e.highestToken} holds it` : ''}`
   const bits = [e.status !== undefined ? String(e.status) : '', e.outcome === 'outcome_unknown' ? 'refused, outcome unknown' : (e.outcome ?? '').replace('_', ' ')]
   if (e.unknown) bits.push(`unknown (${e.unknown})`)
   if (e.duplicate) bits.push('duplicate forward')
@@ -126,7 +132,7 @@ export function idTail(id: string): string {
 const OWN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
 const actorOf = (e: Entry): string =>
-  e.kind === 'probe' || (e.kind === 'resolve' && e.by === 'probe') ? 'settle probes' : e.kind !== 'attempt' ? 'operator' : e.token !== undefined ? `token ${e.token}` : e.requestId ? `request ${idTail(e.requestId)}` : `replica ${e.replica}`
+  e.kind === 'lease' ? `token ${e.token ?? '?'}` : e.kind === 'probe' || (e.kind === 'resolve' && e.by === 'probe') ? 'settle probes' : e.kind !== 'attempt' ? 'operator' : e.token !== undefined ? `token ${e.token}` : e.requestId ? `request ${idTail(e.requestId)}` : `replica ${e.replica}`
 
 const UPSTREAM_ROW = 15
 
@@ -137,7 +143,7 @@ export function drawTimeline(entries: readonly Entry[], title: string): Element 
   const at = (e: Entry) => Date.parse(e.time)
   const start = (e: Entry) => at(e) - (e.durationMs ?? 0)
   const upFrom = (e: Entry) => (e.upstreamMs !== undefined ? at(e) - e.upstreamMs : start(e))
-  const sc = timeScale(entries.flatMap((e) => [{ t: at(e), mark: true }, { t: start(e), mark: false }]), L, ROOM)
+  const sc = timeScale(entries.flatMap((e) => [{ t: at(e), mark: true }, { t: start(e), mark: false }, ...(e.leaseUntil !== undefined ? [{ t: e.leaseUntil, mark: false }] : [])]), L, ROOM)
   const x = sc.x
   const W = sc.end + R
 
@@ -199,6 +205,21 @@ export function drawTimeline(entries: readonly Entry[], title: string): Element 
     svg.append(s('rect', { class: 'tenure', x: x(from), y: g.top + 3, width: Math.max(2, (next !== undefined ? x(to) : sc.end) - x(from)), height: g.height - 6, 'data-tenure': tok },
       s('title', {}, next !== undefined ? `token ${tok} held the resource until token ${next} was first accepted (${human(to - from)})` : `token ${tok}: the newest generation in this timeline`)))
   })
+
+  // each lease the lease service granted: from its grant to its end as the entries last said it
+  const leases = new Map<string, { from: number; to: number; holder?: string }>()
+  for (const e of entries) {
+    if (e.kind !== 'lease' || e.token === undefined) continue
+    const l = leases.get(e.token)
+    if (e.result === 'granted') leases.set(e.token, { from: at(e), to: e.leaseUntil ?? at(e), holder: e.by })
+    else if (l && (e.result === 'renewed' || e.result === 'released' || e.result === 'expired') && e.leaseUntil !== undefined) l.to = e.leaseUntil
+  }
+  for (const [tok, l] of leases) {
+    const g = geometry.get(`token ${tok}`)
+    if (!g) continue
+    svg.append(s('rect', { class: 'lease-bar', x: x(l.from), y: g.top + g.height - 9, width: Math.max(2, x(l.to) - x(l.from)), height: 4, 'data-lease': tok },
+      s('title', {}, `token ${tok}: leased to ${l.holder ?? '?'} for ${human(l.to - l.from)}`)))
+  }
 
   // the high-water mark: a step up at each newer token's first acceptance
   if (fenced) {
