@@ -17,7 +17,12 @@ const DS = { type: 'prometheus', uid: '${datasource}' }
 // (or, in an instant query — a stat panel's count over the time range — $__range)
 const RANGE_FUNCTIONS = /\b(rate|irate|increase|delta|idelta|deriv|changes|resets|[a-z]+_over_time)\s*\(/g
 // metrics without a route label: not filtered by $route
-const ROUTELESS = /fencegate_store_|fencegate_audit_dropped_total|fencegate_leases_total/
+const ROUTELESS = /fencegate_store_|fencegate_audit_dropped_total|fencegate_leases_total|fencegate_config_reloads_total|process_|nodejs_/
+// the scope every series selector starts with: the job, namespace and pod variables
+const SCOPE = 'job=~"$job",namespace=~"$namespace",pod=~"$pod"'
+const SCOPE_RE = SCOPE.replace(/[$.*]/g, '\\$&')
+// a series selector: a metric name, its matchers if any
+const SELECTORS = /\b((?:fencegate|process|nodejs)_\w+)(\{[^}]*\})?/g
 const inRow = (title: string): any[] => {
   const i = dash.panels.indexOf(rows.find((r) => r.title === title))
   const next = dash.panels.findIndex((p: any, j: number) => j > i && p.type === 'row')
@@ -36,15 +41,33 @@ describe('dashboards/fencegate.json', () => {
     expect(JSON.stringify(dash)).not.toMatch(/"uid":\s*"(?!\$\{datasource\}|-- Grafana --|fencegate-overview)[^"]*"/)
   })
 
-  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency, leases, lease service', () => {
-    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency', 'Leases', 'Lease service'])
+  test('variables job, namespace, pod (each narrowing the next), then route: label_values queries, multi-select, All matching every value and none', () => {
+    const list: any[] = dash.templating.list
+    expect(list.map((v) => v.name)).toEqual(['datasource', 'job', 'namespace', 'pod', 'route', 'audit_view'])
+    const definitions: Record<string, string> = {
+      job: 'label_values(fencegate_build_info, job)',
+      namespace: 'label_values(fencegate_build_info{job=~"$job"}, namespace)',
+      pod: 'label_values(fencegate_build_info{job=~"$job",namespace=~"$namespace"}, pod)',
+      route: `label_values(fencegate_requests_total{${SCOPE}}, route)`,
+    }
+    for (const [name, definition] of Object.entries(definitions)) {
+      const v = list.find((x) => x.name === name)
+      // allValue .* also matches a missing label: outside Kubernetes there is no namespace or pod
+      expect(v, name).toMatchObject({ type: 'query', datasource: DS, definition, query: { query: definition }, multi: true, includeAll: true, allValue: '.*', refresh: 2 })
+      expect(v.current.value, name).toEqual(['$__all'])
+      if (name !== 'route') expect(v.description, name).toBeTruthy()
+    }
+  })
+
+  test('rows: traffic, fencing, idempotency, exactly-once risk, store and attempt log, latency, leases, lease service, pods', () => {
+    expect(rows.map((r) => r.title)).toEqual(['Traffic', 'Fencing', 'Idempotency', 'Exactly-once risk', 'Store and attempt log', 'Latency', 'Leases', 'Lease service', 'Pods'])
   })
 
   test('lease service: calls by result, and leases lost to expiry per hour (fencegate_leases_total, contract §3a)', () => {
     const row = inRow('Lease service')
     expect(row.map((p: any) => p.title)).toEqual(['Lease calls by result', 'Leases lost per hour'])
-    expect(row[0].targets[0].expr).toBe('sum by (result) (rate(fencegate_leases_total[$__rate_interval]))')
-    expect(row[1].targets[0].expr).toBe('sum(rate(fencegate_leases_total{result="expired"}[$__rate_interval])) * 3600')
+    expect(row[0].targets[0].expr).toBe(`sum by (result) (rate(fencegate_leases_total{${SCOPE}}[$__rate_interval]))`)
+    expect(row[1].targets[0].expr).toBe(`sum(rate(fencegate_leases_total{${SCOPE},result="expired"}[$__rate_interval])) * 3600`)
   })
 
   test('panels do not overlap and fill whole rows of the 24-column grid', () => {
@@ -81,6 +104,9 @@ describe('dashboards/fencegate.json', () => {
         const allowed = t.instant ? '$__range' : '$__rate_interval'
         for (const r of ranges) if (r !== allowed) problems.push(`${name} ${t.refId}: range [${r}] instead of [${allowed}]`)
         if (!/route=~"\$route"/.test(expr) && !ROUTELESS.test(expr)) problems.push(`${name} ${t.refId}: not filtered by $route`)
+        const selectors = [...expr.matchAll(SELECTORS)]
+        if (!selectors.length) problems.push(`${name} ${t.refId}: no series selector`)
+        for (const [sel, , matchers] of selectors) if (!matchers?.startsWith(`{${SCOPE}`)) problems.push(`${name} ${t.refId}: ${sel} not filtered by $job, $namespace, $pod`)
       }
     }
     expect(problems).toEqual([])
@@ -126,13 +152,28 @@ describe('dashboards/fencegate.json', () => {
     const row = inRow('Store and attempt log')
     const find = (title: string) => { const p = row.find((x: any) => x.title === title); expect(p, title).toBeDefined(); return p }
     const up = find('Store up')
-    expect(up.targets[0].expr).toBe('min by (store) (fencegate_store_up)')
+    expect(up.targets[0].expr).toBe(`min by (store) (fencegate_store_up{${SCOPE}})`)
     expect(up.fieldConfig.defaults.mappings[0].options).toMatchObject({ 0: { text: 'down', color: 'red' }, 1: { text: 'up', color: 'green' } })
     const lost = find('Store state lost')
-    expect(lost.targets[0].expr).toBe('max by (store) (fencegate_store_state_lost)')
+    expect(lost.targets[0].expr).toBe(`max by (store) (fencegate_store_state_lost{${SCOPE}})`)
     expect(lost.fieldConfig.defaults.mappings).toContainEqual(expect.objectContaining({ type: 'range', options: expect.objectContaining({ from: 1, result: expect.objectContaining({ text: 'LOST', color: 'red' }) }) }))
     expect(find('Dropped attempt-log entries').targets[0].expr).toContain('fencegate_audit_dropped_total')
     expect(find('Store errors').targets[0].expr).toContain('fencegate_store_errors_total')
+  })
+
+  test('pods: CPU, resident memory, event-loop lag, store clock offset and config reloads per pod, from the process and gateway metrics', () => {
+    const row = inRow('Pods')
+    const exprs = Object.fromEntries(row.map((p: any) => [p.title, p.targets.map((t: any) => t.expr)]))
+    const BY = 'namespace, pod, instance'
+    expect(exprs).toEqual({
+      'CPU per pod': [`sum by (${BY}) (rate(process_cpu_seconds_total{${SCOPE}}[$__rate_interval]))`],
+      'Resident memory per pod': [`sum by (${BY}) (process_resident_memory_bytes{${SCOPE}})`],
+      'Event-loop lag p99 per pod': [`max by (${BY}) (nodejs_eventloop_lag_p99_seconds{${SCOPE}})`, `max by (${BY}) (nodejs_eventloop_lag_max_seconds{${SCOPE}})`],
+      'Store clock offset per pod': [`max by (${BY}, store) (fencegate_store_clock_offset_seconds{${SCOPE}})`],
+      'Config reloads per pod': [`sum by (${BY}, result) (increase(fencegate_config_reloads_total{${SCOPE}}[$__rate_interval]))`],
+    })
+    expect(row.map((p: any) => p.fieldConfig.defaults.unit)).toEqual(['percentunit', 'bytes', 's', 's', 'short'])
+    for (const p of row) expect(p.targets.every((t: any) => t.legendFormat.startsWith('{{pod}} {{instance}}') || t.legendFormat.includes(' {{pod}} {{instance}}')), p.title).toBe(true)
   })
 
   test('leases: effect duration p50 / p99 / p99.9 of fenced routes beside the configured idempotency.lease, stale lateness, generations per hour', () => {
@@ -142,14 +183,14 @@ describe('dashboards/fencegate.json', () => {
     const exprs = effect.targets.map((t: any) => t.expr)
     for (const q of ['0.5', '0.99', '0.999']) {
       // the upstream's answer time, of the fenced routes only (those with a generations counter)
-      expect(exprs).toContainEqual(expect.stringMatching(new RegExp(`^histogram_quantile\\(${q.replace('.', '\\.')}, sum by \\(le, route\\) \\(rate\\(fencegate_upstream_duration_seconds_bucket\\{route=~"\\$route"\\}\\[\\$__rate_interval\\]\\)\\)\\) and on \\(route\\) group by \\(route\\) \\(fencegate_fencing_generations_total`)))
+      expect(exprs).toContainEqual(expect.stringMatching(new RegExp(`^histogram_quantile\\(${q.replace('.', '\\.')}, sum by \\(le, route\\) \\(rate\\(fencegate_upstream_duration_seconds_bucket\\{${SCOPE_RE},route=~"\\$route"\\}\\[\\$__rate_interval\\]\\)\\)\\) and on \\(route\\) group by \\(route\\) \\(fencegate_fencing_generations_total`)))
     }
-    expect(exprs).toContain('max by (route) (fencegate_idempotency_lease_seconds{route=~"$route"})')
+    expect(exprs).toContain(`max by (route) (fencegate_idempotency_lease_seconds{${SCOPE},route=~"$route"})`)
     expect(effect.fieldConfig.defaults.unit).toBe('s')
     expect(effect.fieldConfig.overrides[0].matcher.options).toBe('.*idempotency\\.lease')
-    expect(late.targets.map((t: any) => t.expr)).toEqual([0.5, 0.99].map((q) => `histogram_quantile(${q}, sum by (le, route) (rate(fencegate_fencing_stale_lateness_seconds_bucket{route=~"$route"}[$__rate_interval])))`))
+    expect(late.targets.map((t: any) => t.expr)).toEqual([0.5, 0.99].map((q) => `histogram_quantile(${q}, sum by (le, route) (rate(fencegate_fencing_stale_lateness_seconds_bucket{${SCOPE},route=~"$route"}[$__rate_interval])))`))
     expect(late.fieldConfig.defaults.unit).toBe('s')
-    expect(gens.targets[0].expr).toBe('sum by (route) (rate(fencegate_fencing_generations_total{route=~"$route"}[$__rate_interval])) * 3600')
+    expect(gens.targets[0].expr).toBe(`sum by (route) (rate(fencegate_fencing_generations_total{${SCOPE},route=~"$route"}[$__rate_interval])) * 3600`)
     for (const p of row) expect(p.description).toMatch(/fencegate leases|how often leases change hands/)
   })
 

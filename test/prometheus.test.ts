@@ -26,6 +26,9 @@ const DASHBOARD = JSON.parse(readFileSync(resolve(ROOT, 'dashboards/fencegate.js
 const OUTCOMES = ['forwarded', 'replayed', 'stale', 'token_missing', 'token_malformed', 'key_missing', 'key_malformed',
   'key_reused', 'in_flight', 'outcome_unknown', 'upstream_error', 'store_error', 'no_route']
 
+/** the pod label of each scraped target: the gateway, one that is down, the TLS gateway */
+const POD = ['fencegate-0', 'fencegate-down', 'fencegate-1']
+
 const exporter = new InMemorySpanExporter()
 let tracing: Tracing
 let up: Upstream
@@ -57,7 +60,9 @@ beforeAll(async () => {
   tlsGw = await startTestGateway({ tls: { cert: soon.cert, key: soon.key }, store: { kind: 'sqlite', path: '@DIR@/fg.db' }, routes: [{ name: 'tls', path: '/tls/*', upstream: up.url }] })
   expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(200) // fencegate_store_up
   // the gateway's admin listener, and one that is down (the FencegateDown alert has data)
-  prom = await startPrometheus({ targets: [new URL(gw.adminUrl).host, new URL(await refusedUrl()).host, new URL(tlsGw.adminUrl).host], ruleFiles: [RULES] })
+  // as the Prometheus Operator labels the kit's pods: the dashboard's namespace and pod variables
+  const targets = [new URL(gw.adminUrl).host, new URL(await refusedUrl()).host, new URL(tlsGw.adminUrl).host]
+  prom = await startPrometheus({ targets, labels: Object.fromEntries(targets.map((t, i) => [t, { namespace: 'payments', pod: POD[i] }])), ruleFiles: [RULES] })
   // Prometheus holds the fresh gateway's zeros before the first request
   await untilPrometheus(async () => (await instant('fencegate_duplicate_forwards_total{route="retry"} == 0')).length === 1, 'Prometheus scraping the gateway\'s zeros')
   await traffic()
@@ -153,9 +158,23 @@ async function traffic(): Promise<void> {
 
 /**
  * The dashboard's queries with Grafana's macros as Grafana would fill them for a 1 s scrape
- * interval and a time range of 5 minutes (longer than this Prometheus has run).
+ * interval and a time range of 5 minutes (longer than this Prometheus has run), each variable
+ * All (`.*`) unless `values` picks one (Grafana fills a single value as is).
  */
-const grafana = (expr: string) => expr.replaceAll('$__rate_interval', '4s').replaceAll('$__range', '5m').replaceAll('${route}', '.*').replaceAll('$route', '.*')
+const grafana = (expr: string, values: Record<string, string> = {}) => {
+  let out = expr.replaceAll('$__rate_interval', '4s').replaceAll('$__range', '5m')
+  for (const v of ['job', 'namespace', 'pod', 'route']) out = out.replaceAll(`\${${v}}`, values[v] ?? '.*').replaceAll(`$${v}`, values[v] ?? '.*')
+  return out
+}
+const variable = (name: string) => DASHBOARD.templating.list.find((t: any) => t.name === name)
+/** A label_values(selector, label) variable's values, as Grafana asks Prometheus for them. */
+async function variableValues(name: string, values: Record<string, string> = {}): Promise<string[]> {
+  const m = /^label_values\((.+), (\w+)\)$/.exec(variable(name).definition)
+  expect(m, `${name}: label_values(selector, label)`).not.toBeNull()
+  const r = await prom.api(`/api/v1/label/${m![2]}/values`, { 'match[]': grafana(m![1], values) })
+  expect(r.status, r.error).toBe('success')
+  return r.data
+}
 
 const panels = (): any[] => DASHBOARD.panels.flatMap((p: any) => (p.type === 'row' ? p.panels ?? [] : [p]))
 
@@ -262,10 +281,64 @@ describe('against a real Prometheus', () => {
   })
 
   test('the dashboard\'s route variable lists the configured routes', async () => {
-    const v = DASHBOARD.templating.list.find((t: any) => t.name === 'route')
-    const metric = /label_values\((\w+), route\)/.exec(v.definition)![1]
-    const r = await prom.api('/api/v1/label/route/values', { 'match[]': metric })
-    expect(r.data).toEqual(expect.arrayContaining(['pay', 'retry', 'down', 'flaky']))
+    expect(await variableValues('route')).toEqual(expect.arrayContaining(['pay', 'retry', 'down', 'flaky']))
+  })
+
+  test('the job, namespace and pod variables list what Prometheus scraped; each narrows the next and the route list', async () => {
+    expect(await variableValues('job')).toEqual(['fencegate'])
+    expect(await variableValues('namespace', { job: 'fencegate' })).toEqual(['payments'])
+    expect(await variableValues('namespace', { job: 'other' })).toEqual([])
+    // the target that is down exposes nothing
+    expect(await variableValues('pod', { job: 'fencegate', namespace: 'payments' })).toEqual(['fencegate-0', 'fencegate-1'])
+    expect((await variableValues('route', { pod: 'fencegate-1' })).sort()).toEqual(['tls'])
+    // "none": the request no route matched
+    expect((await variableValues('route', { pod: 'fencegate-0' })).sort()).toEqual(['down', 'flaky', 'none', 'pay', 'retry'])
+  })
+
+  test('every dashboard panel query with one pod picked returns that pod\'s series only', async () => {
+    const failures: string[] = []
+    for (const p of panels()) for (const t of p.targets) {
+      const q = grafana(t.expr, { job: 'fencegate', namespace: 'payments', pod: 'fencegate-0' })
+      const r = t.instant ? await prom.api('/api/v1/query', { query: q }) : await rangeQuery(q)
+      if (r.status !== 'success') failures.push(`${p.title}: ${r.error} (${q})`)
+      else if (r.data.result.length === 0) failures.push(`${p.title}: no data (${q})`)
+      // a series that keeps the pod label names this one
+      else for (const s of r.data.result) if (s.metric.pod !== undefined && s.metric.pod !== 'fencegate-0') failures.push(`${p.title}: a series of ${s.metric.pod}`)
+    }
+    expect(failures).toEqual([])
+  })
+
+  test('the Pods row: CPU, resident memory, event-loop lag, store clock offset and config reloads, one series per scraped gateway', async () => {
+    const row = DASHBOARD.panels.slice(DASHBOARD.panels.findIndex((p: any) => p.type === 'row' && p.title === 'Pods') + 1)
+    expect(row.map((p: any) => p.title)).toEqual(['CPU per pod', 'Resident memory per pod', 'Event-loop lag p99 per pod', 'Store clock offset per pod', 'Config reloads per pod'])
+    /** the last value of each series of a panel's query, by pod (and `by`, a second label) */
+    const last = async (title: string, refId = 'A', by?: string) => {
+      const t = row.find((p: any) => p.title === title).targets.find((x: any) => x.refId === refId)
+      const r = await rangeQuery(grafana(t.expr))
+      expect(r.status, r.error).toBe('success')
+      return Object.fromEntries(r.data.result.map((s: any) => [by ? `${s.metric.pod} ${s.metric[by]}` : s.metric.pod, Number(s.values.at(-1)[1])]))
+    }
+    const pods = ['fencegate-0', 'fencegate-1']
+    // both gateways run in this one process: the same process metrics, once per pod
+    const rss = await last('Resident memory per pod')
+    expect(Object.keys(rss).sort()).toEqual(pods)
+    for (const pod of pods) expect(rss[pod], pod).toBeGreaterThan(20 * 2 ** 20)
+    const cpu = await last('CPU per pod')
+    expect(Object.keys(cpu).sort()).toEqual(pods)
+    for (const pod of pods) expect(cpu[pod], pod).toBeGreaterThanOrEqual(0)
+    for (const refId of ['A', 'B']) {
+      const lag = await last('Event-loop lag p99 per pod', refId)
+      expect(Object.keys(lag).sort(), refId).toEqual(pods)
+      for (const pod of pods) expect(lag[pod], `${refId} ${pod}`).toBeGreaterThan(0)
+    }
+    // SQLite reads this host's clock
+    expect(await last('Store clock offset per pod', 'A', 'store')).toEqual({ 'fencegate-0 sqlite': 0, 'fencegate-1 sqlite': 0 })
+    // a reload of fencegate-1 (refused: it was started from no file) counts there only
+    expect(await last('Config reloads per pod', 'A', 'result')).toEqual({ 'fencegate-0 applied': 0, 'fencegate-0 refused': 0, 'fencegate-1 applied': 0, 'fencegate-1 refused': 0 })
+    expect(await tlsGw.reload()).toMatchObject({ applied: false })
+    await untilPrometheus(async () => (await last('Config reloads per pod', 'A', 'result'))['fencegate-1 refused'] > 0, 'the refused reload on the Config reloads panel')
+    const reloads = await last('Config reloads per pod', 'A', 'result')
+    expect(reloads).toMatchObject({ 'fencegate-0 applied': 0, 'fencegate-0 refused': 0, 'fencegate-1 applied': 0 })
   })
 
   test('the stat panels count whole events since the fresh start: 3 unknown outcomes, 1 duplicate forward, 1 overtaken write, the dropped entries', async () => {

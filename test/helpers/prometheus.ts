@@ -37,7 +37,11 @@ export interface Prometheus {
   close(): Promise<void>
 }
 
-export async function startPrometheus(opts: { targets: string[]; ruleFiles?: string[] }): Promise<Prometheus> {
+/**
+ * Scrapes `targets` (host:port) as job "fencegate". `labels` adds target labels by target, as
+ * Kubernetes service discovery attaches `namespace` and `pod`.
+ */
+export async function startPrometheus(opts: { targets: string[]; labels?: Record<string, Record<string, string>>; ruleFiles?: string[] }): Promise<Prometheus> {
   requireBinary('prometheus')
   const dir = mkdtempSync(join(tmpdir(), 'fg-prom-'))
   const port = await freePort()
@@ -50,7 +54,7 @@ ${(opts.ruleFiles ?? []).map((f) => `  - ${JSON.stringify(f)}`).join('\n') || ' 
 scrape_configs:
   - job_name: fencegate
     static_configs:
-      - targets: ${JSON.stringify(opts.targets)}
+${opts.targets.map((t) => `      - targets: ${JSON.stringify([t])}\n        labels: ${JSON.stringify(opts.labels?.[t] ?? {})}`).join('\n')}
 `)
   const logPath = join(dir, 'prometheus.log')
   const fd = openSync(logPath, 'a')
