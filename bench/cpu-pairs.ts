@@ -18,7 +18,9 @@
  * what it costs Node itself. A fencegate target with `+settle` after its kind (`fencegate+settle`,
  * `fencegate+settle:DIR`, `fencegate-https+settle`) has the payments route settle unknown
  * outcomes (idempotency.settle, ./gateways.ts settleBlock): `fencegate fencegate+settle` is what
- * settle costs a request when nothing becomes unknown. `--pin` puts the targets on core 1 and wrk and nginx on
+ * settle costs a request when nothing becomes unknown; with `+normal` (`fencegate+normal`) a SQLite
+ * store runs with `synchronous: normal`: `fencegate+normal fencegate --store sqlite` is what the
+ * durable default costs. `--pin` puts the targets on core 1 and wrk and nginx on
  * core 0 (taskset): steadier, but not how the shared benchmark runs. Needs wrk and nginx on PATH.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
@@ -83,13 +85,16 @@ async function startTarget(spec: string, tag: string, upstream: string): Promise
   const colon = spec.indexOf(':')
   const head = colon < 0 ? spec : spec.slice(0, colon), arg = colon < 0 ? '' : spec.slice(colon + 1)
   // KIND+settle: the same target, its payments route with idempotency.settle
-  const settle = head.endsWith('+settle'), kind = settle ? head.slice(0, -'+settle'.length) : head
-  if (settle && kind !== 'fencegate' && kind !== 'fencegate-https') throw new Error(`+settle goes with fencegate[:DIR] or fencegate-https[:DIR] (a route with idempotency.settle), not ${spec}`)
+  // KIND+normal: the same target on SQLite with synchronous: normal (the risk accepted)
+  const [kind, ...extras] = head.split('+')
+  const settle = extras.includes('settle'), normal = extras.includes('normal')
+  if (extras.some((e) => e !== 'settle' && e !== 'normal')) throw new Error(`a target's suffixes are +settle and +normal, not ${spec}`)
+  if ((settle || normal) && kind !== 'fencegate' && kind !== 'fencegate-https') throw new Error(`+settle and +normal go with fencegate[:DIR] or fencegate-https[:DIR], not ${spec}`)
   const where = arg && kind !== 'answer' ? resolve(arg) : here
   const port = await freePort(), admin = await freePort()
   const storeBlock: Record<string, string> = {
     memory: 'kind: memory\n  maxRecords: 10000000', // a unique run never fills it: refusals would be cheaper than forwards
-    sqlite: `kind: sqlite\n  path: ${join(dir, `${tag}.db`)}`,
+    sqlite: `kind: sqlite\n  path: ${join(dir, `${tag}.db`)}${normal ? '\n  synchronous: normal\n  acceptRisks: [synchronous]' : ''}`,
     redis: `kind: redis\n  url: redis://127.0.0.1:6379\n  keyPrefix: fgpairs${process.pid}${tag}`,
     postgres: 'kind: postgres\n  url: postgres://postgres@127.0.0.1:5432/test',
   }
