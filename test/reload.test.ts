@@ -78,7 +78,7 @@ describe('SIGHUP', () => {
     await logged(gw, 'config reload refused: the file does not validate')
     expect(gw.log()).toContain('routes[0].upstream.timeout: \\"soon\\" is not a duration')
     // a file that changes what needs a restart: refused, naming it
-    writeFileSync(file, ledgerConfig({ port: port + 1, admin, store: { kind: 'sqlite', path: './other.db' }, upstream: a.url }))
+    writeFileSync(file, ledgerConfig({ port: await freePort(), admin, store: { kind: 'sqlite', path: './other.db' }, upstream: a.url }))
     gw.child.kill('SIGHUP')
     await logged(gw, 'config reload refused: it changes listen, store.path')
     m = await metrics(gw.adminUrl)

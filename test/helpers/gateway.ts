@@ -41,22 +41,28 @@ export interface TestGateway extends Running {
 
 export const tempDir = (prefix = 'fg-test-') => mkdtempSync(join(tmpdir(), prefix))
 
-const anyPort = () => new Promise<number>((ok, fail) => {
+const listenable = (port: number) => new Promise<boolean>((ok) => {
   const s = net.createServer()
-  s.on('error', fail)
-  s.listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => ok(p)) })
+  s.on('error', () => ok(false))
+  s.listen(port, '127.0.0.1', () => s.close(() => ok(true)))
 })
 
-// ports this test file was given: the kernel can hand the same free port out twice in a row,
-// and `freePort(), freePort()` for a proxy and its admin listener must not get one port
-const given = new Set<number>()
+// Ports for listeners a test names in a config before it starts them. Taken below the kernel's
+// ephemeral range (32768–60999 here), in a slice of their own per vitest worker: a port the kernel
+// hands out for listen(0) or an outgoing connection, or one another test file found free a moment
+// ago, is never one of these, so a gateway started later on its port cannot find it taken.
+const SLICE = 1500
+const pool = Number(process.env.VITEST_POOL_ID ?? process.pid) % 8
+let next = 20_000 + pool * SLICE
+const end = next + SLICE
 
-/** A port nothing listens on now, never one this test file was given before. */
+/** A port nothing listens on now, from this worker's own slice; never one this test file was given before. */
 export async function freePort(): Promise<number> {
-  for (let i = 0; ; i++) {
-    const p = await anyPort()
-    if (!given.has(p) || i >= 50) { given.add(p); return p }
+  while (next < end) {
+    const p = next++
+    if (await listenable(p)) return p
   }
+  throw new Error(`no free port left in ${end - SLICE}-${end - 1}`)
 }
 
 /**
