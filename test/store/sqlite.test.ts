@@ -290,7 +290,8 @@ describe('SqliteStore', () => {
     await open(path).close()
     const workers = 2
     const rounds = 1000
-    const claimMs = 500
+    // long enough for the processes to meet on ten keys even when they take turns slowly (a loaded CI, Node 24)
+    const claimMs = 1500
     const viteNode = fileURLToPath(new URL('../../node_modules/vite-node/vite-node.mjs', import.meta.url))
     const script = fileURLToPath(new URL('./sqlite-worker.ts', import.meta.url))
 
