@@ -32,7 +32,7 @@ const replay = await store.claim(key(7), { fingerprint: String(7).padStart(64, '
 console.log(JSON.stringify({ records: store.capacity().records, heap: (m1.heap - m0.heap) / n, off: (m1.off - m0.off) / n, rssMiB: (m1.rss - m0.rss) / 2 ** 20, replay: { ...replay.response, body: replay.response.body.toString('latin1') } }))
 `
 
-test(`${N} stored answers of 40 bytes: at most 1 KiB of heap each, nothing off the heap, RSS under 240 MiB (Node 24 reserves more than 20)`, { timeout: 180_000 }, async () => {
+test(`${N} stored answers of 40 bytes: at most 1 KiB of heap each, nothing off the heap, RSS under 240 MiB`, { timeout: 180_000 }, async () => {
   const r = await run(process.execPath, ['--expose-gc', '--input-type=module', '-e', CHILD], { timeout: 120_000 })
   expect(r.status, r.stderr).toBe(0)
   const m = JSON.parse(r.stdout)
