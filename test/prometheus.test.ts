@@ -325,7 +325,8 @@ describe('against a real Prometheus', () => {
     for (const pod of pods) expect(rss[pod], pod).toBeGreaterThan(20 * 2 ** 20)
     const cpu = await last('CPU per pod')
     expect(Object.keys(cpu).sort()).toEqual(pods)
-    for (const pod of pods) expect(cpu[pod], pod).toBeGreaterThanOrEqual(0)
+    // the process behind both pods serves the test's requests: it uses some CPU
+    for (const pod of pods) expect(cpu[pod], pod).toBeGreaterThan(0)
     for (const refId of ['A', 'B']) {
       const lag = await last('Event-loop lag p99 per pod', refId)
       expect(Object.keys(lag).sort(), refId).toEqual(pods)
