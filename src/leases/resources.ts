@@ -5,7 +5,7 @@
 import type { Config } from '../config/schema.js'
 
 /** Longest resource name a lease is taken on, in characters. */
-export const MAX_RESOURCE = 512
+const MAX_RESOURCE = 512
 
 /**
  * The resource of a lease call's path, percent-decoded.
@@ -30,13 +30,14 @@ export function resourceMatcher(patterns: readonly string[]): (resource: string)
 }
 
 /**
- * The routes whose `fencing.resource` template can fill to `resource`: each `{…}` of the template
- * stands for one or more characters, the rest for itself.
+ * The routes whose `fencing.resource` template can fill to a resource: each `{…}` of the template
+ * stands for one or more characters, the rest for itself. The templates are compiled here, once
+ * per config generation.
+ * @returns a function from a resource to the names of the routes fencing it, in config order
  */
-export function routesFencing(config: Config, resource: string): string[] {
-  return config.routes.filter((r) => {
-    if (!r.fencing) return false
-    const re = new RegExp(`^${r.fencing.resource.split(/\{[^}]*\}/).map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.+')}$`, 's')
-    return re.test(resource)
-  }).map((r) => r.name)
+export function routesFencing(config: Config): (resource: string) => string[] {
+  const fenced = config.routes.flatMap((r) => (r.fencing
+    ? [{ name: r.name, re: new RegExp(`^${r.fencing.resource.split(/\{[^}]*\}/).map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.+')}$`, 's') }]
+    : []))
+  return (resource) => fenced.filter((f) => f.re.test(resource)).map((f) => f.name)
 }
