@@ -4,7 +4,6 @@
  * actions (`POST /resolve`, `POST /store/accept-loss`) need `admin.writeToken` instead, and
  * answer 403 when none is configured: then the CLI, run where the store is reachable, is the way.
  */
-import { timingSafeEqual } from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
 import { Hono, type MiddlewareHandler } from 'hono'
 import { bearerAuth } from 'hono/bearer-auth'
@@ -21,6 +20,7 @@ import { buildLeases } from './audit/leases.js'
 import { claimSentences } from './audit/guarantees.js'
 import { mountUi, securityHeaders } from './ui/index.js'
 import { routeSummaries } from './ui/route-info.js'
+import { bearerToken, sameToken } from './bearer.js'
 
 export interface AdminOptions {
   token?: string
@@ -60,16 +60,6 @@ const withoutLoss = (r: DoctorReport): DoctorReport => ({ ...r, findings: r.find
 /** What the watch saw, with the note's who and when when there is one. */
 const lossSeen = (watch: StateWatch): string => (watch.note ? describeNote(watch.note) : watch.seen ?? 'epoch marker changed')
 
-/** Compares two tokens in constant time (for equal lengths). */
-function sameToken(given: string, expected: string): boolean {
-  const a = Buffer.from(given)
-  const b = Buffer.from(expected)
-  return a.length === b.length && timingSafeEqual(a, b)
-}
-
-/** The Bearer token of an Authorization header, or undefined. */
-const bearer = (header: string | undefined): string | undefined => /^Bearer +(\S+) *$/i.exec(header ?? '')?.[1]
-
 /**
  * Guards an admin write action: 403 when `admin.writeToken` is not configured (the CLI is the
  * way), 401 without it (or with a wrong one), 403 with the read token `admin.token`.
@@ -79,7 +69,7 @@ function adminWrite(writeToken: string | undefined, readToken: string | undefine
     if (!writeToken) {
       throw new Problem('forbidden', 'Admin write actions are off on this gateway: admin.writeToken is not set. Run the CLI where the store is reachable instead (`fencegate resolve --config PATH ... --reason TEXT`, `fencegate store accept-loss --config PATH --reason TEXT`), or set admin.writeToken and send "Authorization: Bearer <admin.writeToken>".')
     }
-    const given = bearer(c.req.header('authorization'))
+    const given = bearerToken(c.req.header('authorization'))
     if (given !== undefined && sameToken(given, writeToken)) return next()
     if (given !== undefined && readToken && sameToken(given, readToken)) {
       throw new Problem('forbidden', 'This is the read token (admin.token); admin write actions need "Authorization: Bearer <admin.writeToken>".', {}, { 'www-authenticate': 'Bearer error="insufficient_scope"' })

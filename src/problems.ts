@@ -142,6 +142,9 @@ const FULL: Record<string, (max: number) => string> = {
   disk: () => 'The store\'s disk refuses writes (full, or read-only), so this request\'s new state cannot be recorded; nothing was forwarded. Replays of stored keys and refusals of stale tokens are still answered.',
 }
 
+/** Whole seconds until `at` (epoch ms), at least 1: a Retry-After (RFC 9110 §10.2.3). */
+export const secondsUntil = (at: number, now = Date.now()): string => String(Math.max(1, Math.ceil((at - now) / 1000)))
+
 /**
  * The 503 a request gets when the store cannot answer (contract §4: fail closed, nothing
  * forwarded). Every StoreError becomes it in one place per listener (./refuse.ts, ./admin.ts); a full
@@ -150,8 +153,8 @@ const FULL: Record<string, (max: number) => string> = {
 export function storeUnavailable(e?: StoreRefusal): Problem {
   const { name, limit, max, until } = e ?? {}
   if (name === 'StoreFull' && limit !== undefined && max !== undefined && FULL[limit]) {
-    const wait = limit === 'disk' ? 5 : until === undefined ? 60 : Math.max(1, Math.ceil((until - Date.now()) / 1000))
-    return new Problem('store-unavailable', FULL[limit](max), { limit, max }, { 'retry-after': String(wait) })
+    const wait = limit === 'disk' ? '5' : until === undefined ? '60' : secondsUntil(until)
+    return new Problem('store-unavailable', FULL[limit](max), { limit, max }, { 'retry-after': wait })
   }
   return new Problem('store-unavailable', 'The gateway cannot reach its store, so it cannot check this request; nothing was forwarded.', {}, { 'retry-after': '1' })
 }

@@ -34,8 +34,8 @@ export type Refused =
   | { readonly outgoing: ServerResponse; readonly facts: RequestFacts }
   | { readonly outgoing: ServerResponse | Duplex; readonly facts?: undefined }
 
-/** The 503 of a store that cannot answer: its state lost (it went back in time), else unavailable. */
-const storeProblem = (e: StoreError): Problem => e instanceof StoreWentBack ? stateLost() : storeUnavailable(e)
+/** The 503 of a store that cannot answer (contract §3, §4): its state lost (it went back in time), else unavailable. */
+export const storeProblem = (e: StoreError): Problem => e instanceof StoreWentBack ? stateLost() : storeUnavailable(e)
 
 /**
  * Writes a refusal. When the response has begun already, nothing more can be written: the

@@ -4,7 +4,7 @@
  */
 import type { Lease } from '../store/index.js'
 import { LEASE_ROUTE, type AuditEntry } from '../store/index.js'
-import { Problem } from '../problems.js'
+import { Problem, secondsUntil } from '../problems.js'
 import { REPLICA } from '../audit/entry.js'
 
 /** The body of 201 and 200: the lease, its token a decimal string, its end RFC 3339; `holder` left out for a reader without the token. */
@@ -16,9 +16,6 @@ export function leaseBody(l: Lease, withHolder = true): Record<string, string | 
   body.renewEveryMs = Math.floor(l.ttlMs / 3)
   return body
 }
-
-/** Whole seconds until `at` (epoch ms), at least 1: a Retry-After. */
-export const secondsUntil = (at: number, now = Date.now()): string => String(Math.max(1, Math.ceil((at - now) / 1000)))
 
 /** 409 lease-held: another holder's lease is live until its end. */
 export const leaseHeld = (l: Lease): Problem =>
@@ -41,8 +38,11 @@ export interface LeaseFacts {
   durationMs: number
 }
 
-/** One attempt-log entry of a lease decision (AuditEntry kind `lease`). */
-export function leaseEntry(result: string, resource: string, f: LeaseFacts, l?: { token: bigint; holder?: string; until?: number }, highest?: bigint, at = Date.now()): AuditEntry {
+/**
+ * One attempt-log entry of a lease decision (AuditEntry kind `lease`).
+ * @param at when the decision was made (epoch ms): the instant the store was asked, or a lease's end
+ */
+export function leaseEntry(result: string, resource: string, f: LeaseFacts, l: { token: bigint; holder?: string; until?: number } | undefined, highest: bigint | undefined, at: number): AuditEntry {
   return {
     time: at,
     kind: 'lease',

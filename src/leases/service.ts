@@ -11,12 +11,14 @@
  * resource's timeline (./answers.ts `leaseEntry`).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { timingSafeEqual } from 'node:crypto'
 import type { Config } from '../config/schema.js'
 import { MIN_TTL_MS } from '../config/leases.js'
 import { formatDuration, parseDuration } from '../config/units.js'
-import { Problem, stateLost, storeUnavailable } from '../problems.js'
-import { StoreError, StoreWentBack, type Store, type StateWatch } from '../store/index.js'
+import { Problem, stateLost } from '../problems.js'
+import { storeProblem } from '../refuse.js'
+import { bearerToken, sameToken } from '../bearer.js'
+import { BodyLimit } from '../body.js'
+import { StoreError, type Store, type StateWatch } from '../store/index.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { AuditQueue } from '../audit/queue.js'
 import { saneRequestId } from '../front-door.js'
@@ -28,20 +30,26 @@ import { LeaseTtl } from './ttl.js'
 
 /** Largest request body a lease call reads, bytes. */
 const MAX_BODY = 16 * 1024
+const bodyLimit = new BodyLimit(MAX_BODY)
 /** Longest holder name, characters. */
 const MAX_HOLDER = 200
+/** The methods of a lease call, as an Allow header lists them. */
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE']
+const ALLOW = METHODS.join(', ')
 
-/** One answer: a status and a JSON body (a lease), or a problem; with the entry and counter it makes. */
-/** One decision to count and write to the attempt log; `at` when it was not now (a lease's expiry, found by the takeover). */
-interface Decision { result: string; resource: string; lease?: { token: bigint; holder?: string; until?: number }; highest?: bigint; at?: number }
+/** One decision to count and write to the attempt log; `at` the instant the store was asked, or a lease's end (found by the takeover). */
+interface Decision { result: string; resource: string; lease?: { token: bigint; holder?: string; until?: number }; highest?: bigint; at: number }
 
+/** A status and a JSON body (a lease), or a problem. */
 type Answer = { status: number; body?: Record<string, string | number>; headers?: Record<string, string> } | Problem
+/** One answer with the decisions it makes (none for a refusal). */
+interface Answered { answer: Answer; decisions: Decision[] }
 
 export class LeaseService {
   /** the prefix every lease call starts with: `leases.path` */
   readonly prefix: string
   readonly #allowed: (resource: string) => boolean
-  readonly #token?: Buffer
+  readonly #token?: string
   readonly #ttl: LeaseTtl
   readonly #idHeader: string
 
@@ -49,7 +57,7 @@ export class LeaseService {
     const l = config.leases!
     this.prefix = l.path
     this.#allowed = resourceMatcher(l.resources)
-    this.#token = l.token === undefined ? undefined : Buffer.from(l.token)
+    this.#token = l.token
     this.#ttl = new LeaseTtl(config, store.audit)
     this.#idHeader = config.log.requestIdHeader.toLowerCase()
   }
@@ -60,19 +68,23 @@ export class LeaseService {
     return Number.isNaN(c) || c === 47 || c === 63
   }
 
-  /** Answers one lease call; never rejects. */
+  /**
+   * Answers one lease call. A store that cannot answer is its 503 (../refuse.ts `storeProblem`).
+   * @throws anything else (a bug), unanswered: the gateway logs it and answers 500 (../gateway.ts)
+   */
   async handle(incoming: IncomingMessage, outgoing: ServerResponse): Promise<void> {
     const started = performance.now()
     const requestId = saneRequestId(incoming.headers[this.#idHeader]) ?? newId()
     const method = incoming.method ?? 'GET'
-    let entry: Decision[] = []
-    let answer: Answer
+    let answered: Answered
     try {
-      answer = await this.#answer(incoming, method, (e) => entry.push(e))
+      answered = await this.#answer(incoming, method)
     } catch (e) {
-      entry = []
-      answer = e instanceof StoreWentBack ? stateLost() : e instanceof StoreError ? storeUnavailable(e) : e instanceof Problem ? e : new Problem('gateway-error', 'The lease service failed to answer; no lease was granted or changed that this answer knows of.')
+      if (e instanceof StoreError) answered = { answer: storeProblem(e), decisions: [] }
+      else if (e instanceof Problem) answered = { answer: e, decisions: [] }
+      else throw e
     }
+    const { answer, decisions } = answered
     const status = answer.status
     if (answer instanceof Problem) {
       answer.respond(outgoing, requestId, this.#idHeader)
@@ -82,70 +94,65 @@ export class LeaseService {
       outgoing.end(text)
     }
     const facts: LeaseFacts = { method, status, requestId, durationMs: performance.now() - started }
-    for (const e of entry) {
+    for (const e of decisions) {
       this.metrics.leases.inc({ result: e.result })
       this.audit?.push(leaseEntry(e.result, e.resource, facts, e.lease, e.highest, e.at))
     }
   }
 
-  async #answer(incoming: IncomingMessage, method: string, decided: (e: Decision) => void): Promise<Answer> {
+  async #answer(incoming: IncomingMessage, method: string): Promise<Answered> {
+    const undecided = (answer: Answer): Answered => ({ answer, decisions: [] })
     const target = incoming.url ?? ''
     const q = target.indexOf('?')
     const rest = (q < 0 ? target : target.slice(0, q)).slice(this.prefix.length + 1)
     const resource = resourceOf(rest)
-    if (typeof resource !== 'string') return invalid(resource.malformed)
-    if (!this.#allowed(resource)) return new Problem('no-route', `No lease is granted on ${JSON.stringify(resource)}: it matches none of leases.resources.`)
-    if (!['GET', 'HEAD', 'POST', 'PUT', 'DELETE'].includes(method)) return new Problem('method-not-allowed', `A lease is acquired with POST, renewed with PUT, released with DELETE and read with GET, not ${method}.`, {}, { allow: 'GET, HEAD, POST, PUT, DELETE' })
+    if (typeof resource !== 'string') return undecided(invalid(resource.malformed))
+    if (!this.#allowed(resource)) return undecided(new Problem('no-route', `No lease is granted on ${JSON.stringify(resource)}: it matches none of leases.resources.`))
+    if (!METHODS.includes(method)) return undecided(new Problem('method-not-allowed', `A lease is acquired with POST, renewed with PUT, released with DELETE and read with GET, not ${method}.`, {}, { allow: ALLOW }))
     const auth = this.#authorized(incoming.headers.authorization)
     const reading = method === 'GET' || method === 'HEAD'
     if (auth === 'wrong' || (auth === 'none' && !reading)) {
-      return new Problem('lease-token-required', `Lease calls on this gateway need "Authorization: Bearer <leases.token>"${auth === 'wrong' ? '; the token given is not it' : ''}.`, {}, { 'www-authenticate': auth === 'wrong' ? 'Bearer realm="fencegate leases", error="invalid_token"' : 'Bearer realm="fencegate leases"' })
+      return undecided(new Problem('lease-token-required', `Lease calls on this gateway need "Authorization: Bearer <leases.token>"${auth === 'wrong' ? '; the token given is not it' : ''}.`, {}, { 'www-authenticate': auth === 'wrong' ? 'Bearer realm="fencegate leases", error="invalid_token"' : 'Bearer realm="fencegate leases"' }))
     }
-    if (this.watch?.lost) return stateLost()
-    const now = Date.now()
+    if (this.watch?.lost) return undecided(stateLost())
     // each decision is stamped with the instant the store was asked: a 409 held is then before the lease's end it saw
-    const note = (e: Decision) => decided({ at: now, ...e })
+    const now = Date.now()
     if (reading) {
       const l = await this.store.readLease(resource, now)
-      if (!l) return new Problem('lease-not-found', `No live lease on ${resource}: none was granted, or it was released or ended.`, { resource })
-      return { status: 200, body: leaseBody(l, auth === 'ok') }
+      if (!l) return undecided(new Problem('lease-not-found', `No live lease on ${resource}: none was granted, or it was released or ended.`, { resource }))
+      return undecided({ status: 200, body: leaseBody(l, auth === 'ok') })
     }
     if (method === 'POST') {
       const asked = await readAcquire(incoming)
-      if (asked instanceof Problem) return asked
+      if (asked instanceof Problem) return undecided(asked)
       const max = this.config.leases!.maxTtl
-      if (asked.ttl !== undefined && (asked.ttl < MIN_TTL_MS || asked.ttl > max)) return invalid(`"ttl" must be between 1s and leases.maxTtl (${formatDuration(max)}), not ${formatDuration(asked.ttl)}.`)
+      if (asked.ttl !== undefined && (asked.ttl < MIN_TTL_MS || asked.ttl > max)) return undecided(invalid(`"ttl" must be between ${formatDuration(MIN_TTL_MS)} and leases.maxTtl (${formatDuration(max)}), not ${formatDuration(asked.ttl)}.`))
       const ttl = asked.ttl ?? await this.#ttl.defaultFor(resource, now)
       const g = await this.store.acquireLease(resource, asked.holder, ttl, now)
       if (!g.granted) {
-        note({ result: 'held', resource, lease: { token: g.held.token, holder: g.held.holder, until: g.held.expiresAt } })
-        return leaseHeld(g.held)
+        return { answer: leaseHeld(g.held), decisions: [{ result: 'held', resource, lease: { token: g.held.token, holder: g.held.holder, until: g.held.expiresAt }, at: now }] }
       }
       const l = g.lease
-      if (g.previous?.expired) note({ result: 'expired', resource, lease: { token: g.previous.token, holder: g.previous.holder, until: g.previous.expiresAt }, at: Math.min(g.previous.expiresAt, now) })
-      note({ result: 'granted', resource, lease: { token: l.token, holder: l.holder, until: l.expiresAt } })
-      return { status: 201, body: leaseBody(l), headers: { 'fencing-token': l.token.toString() } }
+      const decisions: Decision[] = []
+      if (g.previous?.expired) decisions.push({ result: 'expired', resource, lease: { token: g.previous.token, holder: g.previous.holder, until: g.previous.expiresAt }, at: Math.min(g.previous.expiresAt, now) })
+      decisions.push({ result: 'granted', resource, lease: { token: l.token, holder: l.holder, until: l.expiresAt }, at: now })
+      return { answer: { status: 201, body: leaseBody(l), headers: { 'fencing-token': l.token.toString() } }, decisions }
     }
     const token = tokenOf(incoming.headers['fencing-token'])
-    if (token instanceof Problem) return token
+    if (token instanceof Problem) return undecided(token)
     const renewing = method === 'PUT'
     const c = renewing ? await this.store.renewLease(resource, token, now) : await this.store.releaseLease(resource, token, now)
-    if (!c.done) {
-      note({ result: 'stale', resource, lease: { token }, highest: c.highest })
-      return staleLease(resource, token, c.highest)
-    }
-    note({ result: renewing ? 'renewed' : 'released', resource, lease: { token, holder: c.lease.holder, until: renewing ? c.lease.expiresAt : now } })
-    return renewing ? { status: 200, body: leaseBody(c.lease) } : { status: 204 }
+    if (!c.done) return { answer: staleLease(resource, token, c.highest), decisions: [{ result: 'stale', resource, lease: { token }, highest: c.highest, at: now }] }
+    const decided: Decision = { result: renewing ? 'renewed' : 'released', resource, lease: { token, holder: c.lease.holder, until: renewing ? c.lease.expiresAt : now }, at: now }
+    return { answer: renewing ? { status: 200, body: leaseBody(c.lease) } : { status: 204 }, decisions: [decided] }
   }
 
   /** `ok`: the token given; `none`: none given (or none configured: every call is `ok`); `wrong`: another. */
   #authorized(header: string | undefined): 'ok' | 'none' | 'wrong' {
     if (this.#token === undefined) return 'ok'
     if (header === undefined) return 'none'
-    const given = /^Bearer +(\S+) *$/i.exec(header)?.[1]
-    if (given === undefined) return 'wrong'
-    const b = Buffer.from(given)
-    return b.length === this.#token.length && timingSafeEqual(b, this.#token) ? 'ok' : 'wrong'
+    const given = bearerToken(header)
+    return given !== undefined && sameToken(given, this.#token) ? 'ok' : 'wrong'
   }
 }
 
@@ -159,15 +166,10 @@ function tokenOf(v: string | string[] | undefined): bigint | Problem {
 
 /** The body of an acquisition: `{"holder": "...", "ttl": "30s"}` (ttl optional), read whole up to MAX_BODY. */
 async function readAcquire(incoming: IncomingMessage): Promise<{ holder: string; ttl?: number } | Problem> {
-  const chunks: Buffer[] = []
-  let size = 0
-  for await (const c of incoming as AsyncIterable<Buffer>) {
-    size += c.length
-    if (size > MAX_BODY) return new Problem('body-too-large', `A lease request's body is at most ${MAX_BODY} bytes.`)
-    chunks.push(c)
-  }
+  const read = await bodyLimit.read(incoming)
+  if (read === undefined) return new Problem('body-too-large', `A lease request's body is at most ${MAX_BODY} bytes.`)
   let body: unknown
-  try { body = JSON.parse(Buffer.concat(chunks).toString('utf8') || 'null') } catch { return invalid('The body is not JSON: send {"holder": "worker-7", "ttl": "30s"} (ttl optional).') }
+  try { body = JSON.parse(read.toString('utf8') || 'null') } catch { return invalid('The body is not JSON: send {"holder": "worker-7", "ttl": "30s"} (ttl optional).') }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return invalid('The body must be a JSON object: {"holder": "worker-7", "ttl": "30s"} (ttl optional).')
   const { holder, ttl } = body as { holder?: unknown; ttl?: unknown }
   // eslint-disable-next-line no-control-regex
