@@ -27,6 +27,7 @@ import { closeUpstreams } from './forward/send.js'
 import { createMetrics, type Metrics } from './telemetry/metrics.js'
 import { createLogger, type Logger } from './log.js'
 import { VERSION } from './version.js'
+import { hostPort } from './listen-address.js'
 import { AuditQueue } from './audit/queue.js'
 import { watchUnknown } from './audit/unknown.js'
 
@@ -44,11 +45,6 @@ export interface Running {
    * requests in flight finish under the config they started with
    */
   reload(next?: Config): Promise<ReloadResult>
-}
-
-const hostPort = (listen: string): { host: string; port: number } => {
-  const i = listen.lastIndexOf(':')
-  return { host: listen.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(listen.slice(i + 1)) }
 }
 
 export function listen(server: Server, listenAt: string): Promise<string> {

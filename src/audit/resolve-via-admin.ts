@@ -8,48 +8,40 @@
  */
 import { request } from 'undici'
 import type { Config } from '../config/schema.js'
+import { problemName } from '../client/decisions.js'
+import { localAddress } from '../listen-address.js'
 import type { Resolved, ResolveRequest } from './resolve.js'
 
 /** How long the CLI waits for the local gateway's admin API before resolving in the store itself, ms. */
-export const ADMIN_WAIT_MS = 5_000
+const ADMIN_WAIT_MS = 5_000
 
 /**
  * What the admin API answered: `resolved`, `refused` (a problem: its status and detail), or
  * `unreachable` (why the store is to be used instead).
  */
-export type ViaAdmin =
+type ViaAdmin =
   | { kind: 'resolved'; resolved: Resolved; at: string }
   | { kind: 'refused'; status: number; detail: string }
   | { kind: 'unreachable'; why: string }
-
-/** The admin listener's address as a client on this host reaches it: a wildcard host is loopback. */
-export function adminAddress(listen: string): string {
-  const i = listen.lastIndexOf(':')
-  const host = listen.slice(0, i), port = listen.slice(i + 1)
-  const local = host === '0.0.0.0' || host === '' ? '127.0.0.1' : host === '::' || host === '[::]' ? '[::1]' : host
-  return `${local}:${port}`
-}
 
 /** Never throws: every failure to reach the gateway is `unreachable`. */
 export async function resolveViaAdmin(config: Config, r: ResolveRequest): Promise<ViaAdmin> {
   const { writeToken, tls, listen } = config.admin
   if (!writeToken) return { kind: 'unreachable', why: 'admin.writeToken is not set, so the gateway\'s POST /resolve would refuse' }
   if (tls) return { kind: 'unreachable', why: 'the admin listener serves HTTPS, and the CLI does not send the write token to a certificate it cannot check' }
-  const at = adminAddress(listen)
+  const at = localAddress(listen)
   try {
     const res = await request(`http://${at}/resolve`, {
       method: 'POST',
       headers: { authorization: `Bearer ${writeToken}`, 'content-type': 'application/json' },
       body: JSON.stringify(r),
-      headersTimeout: ADMIN_WAIT_MS,
-      bodyTimeout: ADMIN_WAIT_MS,
       signal: AbortSignal.timeout(ADMIN_WAIT_MS),
     })
     const text = await res.body.text()
     let body: Record<string, unknown> = {}
     try { body = JSON.parse(text) } catch { /* not JSON: not a fencegate admin listener */ }
     if (res.statusCode === 200 && typeof body.keyHash === 'string') return { kind: 'resolved', resolved: body as unknown as Resolved, at }
-    if (typeof body.type === 'string' && String(body.type).startsWith('urn:fencegate:problem:')) {
+    if (problemName(body) !== undefined) {
       // the store behind the gateway is down: the CLI's own store call would fail the same way
       return { kind: 'refused', status: res.statusCode, detail: String(body.detail ?? body.title ?? res.statusCode) }
     }

@@ -10,6 +10,7 @@ import type { Parts } from './salvage.js'
 import { compileTemplate, pathParams } from './template.js'
 import { compileProbeTemplate } from './probe-template.js'
 import { HOP_BY_HOP } from '../hop-by-hop.js'
+import { hostPort, isWildcard } from '../listen-address.js'
 
 /** One finding: its YAML path and the message. */
 export interface Finding { path: PropertyKey[]; message: string }
@@ -64,16 +65,12 @@ const methodsText = (m: readonly string[] | undefined) => (m ? m.join(', ') : 'e
 /** A route's name in a message; its place when the name itself did not validate. */
 const nameOf = (r: { name?: string | null }, i: number) => (typeof r.name === 'string' ? r.name : `routes[${i}]`)
 
-/** Whether a listen address takes every interface. */
-const wildcard = (host: string) => host === '0.0.0.0' || host === '::' || host === '[::]' || host === ''
-
 /** `listen` and `admin.listen` on one address (or one port, one of them on every interface). */
 export function listenersClash(listen: string, admin: string): boolean {
-  const split = (a: string) => { const i = a.lastIndexOf(':'); return { host: a.slice(0, i), port: a.slice(i + 1) } }
-  const p = split(listen)
-  const q = split(admin)
-  if (p.port !== q.port || p.port === '0') return false
-  return p.host === q.host || wildcard(p.host) || wildcard(q.host)
+  const p = hostPort(listen)
+  const q = hostPort(admin)
+  if (p.port !== q.port || p.port === 0) return false
+  return p.host === q.host || isWildcard(p.host) || isWildcard(q.host)
 }
 
 /** A route as far as it validated (`Parts`); a fully valid route is one too. */
