@@ -21,6 +21,7 @@ import { claimSentences } from './audit/guarantees.js'
 import { mountUi, securityHeaders } from './ui/index.js'
 import { routeSummaries } from './ui/route-info.js'
 import { bearerToken, sameToken } from './bearer.js'
+import { recordSettled } from './audit/entry.js'
 
 export interface AdminOptions {
   token?: string
@@ -142,7 +143,8 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       }
       if (typeof body !== 'object' || body === null) throw new Problem('bad-request', 'The body must be a JSON object: {"route", "key", "scope" (when the route has one), "as": "completed" | "failed", "reason"}.')
       const resolved = await resolveKey(config, store, { ...body, by: adminActor(c.env, body.by) } as ResolveRequest)
-      metrics.settled.inc({ route: resolved.route, by: 'operator', as: resolved.resolution === 'completed' ? 'applied' : 'not_applied' })
+      // its entry is written by resolveKey, in the store's log
+      recordSettled(metrics, undefined, { route: resolved.route, keyHash: resolved.keyHash, by: 'operator', as: resolved.resolution === 'completed' ? 'applied' : 'not_applied' })
       return c.json(resolved)
     })
   }

@@ -14,11 +14,11 @@ import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { Store, UnknownRecord } from '../store/index.js'
 import { keyHashOf } from '../idempotency/record-key.js'
-import type { EntrySink } from '../idempotency/settle/prober.js'
-import { REPLICA } from './entry.js'
+import { localTime } from '../idempotency/settle/settler.js'
+import { recordSettled, type EntrySink } from './entry.js'
 
 /** How long before a record's expiry the gateway releases it, at most, ms. */
-export const EXPIRY_LEAD_MS = 1_000
+const EXPIRY_LEAD_MS = 1_000
 
 export class ExpiryWatch {
   readonly #timers = new Map<string, NodeJS.Timeout>()
@@ -32,13 +32,13 @@ export class ExpiryWatch {
    * times on the store's clock, as `Store.unknowns` lists them).
    */
   consider(records: readonly UnknownRecord[], horizonMs: number, now = Date.now()): void {
+    if (this.#stopped) return
     for (const r of records) {
       const ttl = this.ttls.get(r.key.route)
-      if (ttl === undefined || this.#stopped) continue
+      if (ttl === undefined) continue
       const id = `${r.key.route}\n${r.key.scope}\n${r.key.key}`
       if (this.#timers.has(id)) continue
-      const expires = this.store.clock ? this.store.clock.toLocal(r.expiresAt) : r.expiresAt
-      const at = expires - Math.min(EXPIRY_LEAD_MS, ttl / 100)
+      const at = localTime(this.store, r.expiresAt) - Math.min(EXPIRY_LEAD_MS, ttl / 100)
       if (at - now > horizonMs) continue
       const t = setTimeout(() => { this.#timers.delete(id); void this.#release(r, ttl) }, Math.max(0, at - now))
       t.unref()
@@ -60,8 +60,7 @@ export class ExpiryWatch {
       // only while it is still that unknown outcome; another gateway, a probe or an operator may have come first
       const result = await this.store.resolve(r.key, 'failed', ttl, Date.now())
       if (result.kind !== 'resolved') return
-      this.metrics.settled.inc({ route, by: 'expiry', as: 'not_applied' })
-      this.audit?.push({ time: Date.now(), kind: 'resolve', replica: REPLICA, route, keyHash, resolution: 'failed', by: 'expiry',
+      recordSettled(this.metrics, this.audit, { route, keyHash, by: 'expiry', as: 'not_applied',
         reason: `the record's ttl ended with its outcome unknown (${result.reason}): forgotten, so the key's next attempt is forwarded as a first attempt` })
       this.log.warn('unknown outcome expired unsettled: the key is forgotten and its next attempt is forwarded as a first attempt', { route, keyHash, reason: result.reason })
     } catch (e) {

@@ -7,7 +7,7 @@
  */
 import type { Config } from '../config/schema.js'
 import { ExpiryWatch } from './expiry.js'
-import type { EntrySink } from '../idempotency/settle/prober.js'
+import type { EntrySink } from './entry.js'
 import type { Logger } from '../log.js'
 import type { Metrics } from '../telemetry/metrics.js'
 import type { AuditEntry, Store, UnknownReason, UnknownRecord } from '../store/index.js'
@@ -92,8 +92,8 @@ function since(r: UnknownRecord, e: AuditEntry | undefined, ttlMs: number | unde
  * @returns stop
  */
 export function watchUnknown(config: Config, store: Store, metrics: Metrics, log: Logger, audit?: EntrySink, intervalMs = 15_000): () => void {
-  const routes = config.routes.filter((r) => r.idempotency).map((r) => r.name)
   const ttls = new Map(config.routes.flatMap((r) => r.idempotency ? [[r.name, r.idempotency.ttl] as const] : []))
+  const routes = [...ttls.keys()]
   const expiry = new ExpiryWatch(store, ttls, metrics, log, audit)
   // a round at least every third of the shortest ttl, so that no record expires between two unseen
   intervalMs = Math.max(1_000, Math.min(intervalMs, ...[...ttls.values()].map((t) => t / 3)))

@@ -15,7 +15,7 @@ import type { Metrics } from '../../telemetry/metrics.js'
 import type { RouteConfig, SettleConfig } from '../../config/schema.js'
 import type { AuditEntry, RecordKey, Store } from '../../store/index.js'
 import { keyHashOf } from '../record-key.js'
-import { REPLICA } from '../../audit/entry.js'
+import { recordSettled, REPLICA, type EntrySink } from '../../audit/entry.js'
 import { parseProbe } from './request.js'
 import { sendProbe, type ProbeAnswer, type ProbeTarget } from './send.js'
 
@@ -32,7 +32,6 @@ export type ProbeResult = { kind: 'not_taken' } | { kind: 'probed'; answer: Prob
 const NOT_TAKEN: ProbeResult = { kind: 'not_taken' }
 
 /** Where the attempt log's entries go (src/audit/queue.ts `AuditQueue`). */
-export interface EntrySink { push(entry: AuditEntry): boolean }
 
 export class RouteProber {
   readonly route: string
@@ -94,9 +93,8 @@ export class RouteProber {
       return { kind: 'probed', answer: out.answer, settled: false }
     }
     this.#loggedLarge.delete(keyHash)
-    this.metrics.settled.inc({ route, by: 'probe', as: out.answer })
     // after the probe's entry on the timeline, even within one millisecond
-    this.audit?.push({ time: Math.max(Date.now(), entry.time + 1), kind: 'resolve', replica: REPLICA, route, keyHash, resolution: out.answer === 'applied' ? 'completed' : 'failed', by: 'probe',
+    recordSettled(this.metrics, this.audit, { route, keyHash, by: 'probe', as: out.answer, time: Math.max(Date.now(), entry.time + 1),
       reason: `settled by probe ${take.probes}: the resource answered ${out.status} (${out.answer === 'applied' ? 'probe.applied' : 'probe.notApplied'})`, upstreamStatus: out.status })
     this.log.info('unknown outcome settled by probe', { route, keyHash, as: out.answer, status: out.status, previousReason: settled.reason })
     return { kind: 'probed', answer: out.answer, settled: true }

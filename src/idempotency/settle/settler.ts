@@ -10,6 +10,9 @@ import type { Logger } from '../../log.js'
 import type { Store, UnknownRecord } from '../../store/index.js'
 import type { RouteProber } from './prober.js'
 
+/** An instant on the store's clock (epoch ms) as this process's clock reads it; as given for a store without a clock of its own. */
+export const localTime = (store: Pick<Store, 'clock'>, at: number): number => (store.clock ? store.clock.toLocal(at) : at)
+
 /** When the record's outcome became unknown, epoch ms on the store's clock. */
 export function unknownSince(r: UnknownRecord, ttlMs: number): number {
   return r.leaseUntil > 0 ? r.leaseUntil : r.expiresAt - ttlMs
@@ -76,11 +79,10 @@ export class Settler {
       this.log.debug?.('settler could not list unknown outcomes; trying again on the next round', { route: p.route, error: (e as Error).message })
       return
     }
-    const clock = this.store.clock
     const now = Date.now()
     const due = records.filter((r) => {
       const at = nextProbeAt(r, { afterMs: p.settle.after, forMs: p.forMs, ttlMs })
-      return at !== null && (clock ? clock.toLocal(at) : at) <= now
+      return at !== null && localTime(this.store, at) <= now
     })
     // a few at a time: one lookup that hangs for upstream.timeout does not hold up the others
     let next = 0
