@@ -91,13 +91,18 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
   const app = new Hono()
   app.use('*', securityHeaders)
   app.get('/healthz', (c) => c.json({ status: 'ok' }))
-  // contract §5a: with `serving`, a store that cannot answer is said in the body, not the status
+  // contract §5a: every /readyz body says the store's state (`storeState`); with `serving`, a store
+  // that cannot answer is said in the body only, else in the status too (503)
   const serving = config?.admin.readiness === 'serving'
-  const storeDown = (body: Record<string, unknown>) => serving
-    ? Response.json({ ...body, status: 'ready', readiness: 'serving', storeState: body.status, served: 'plain routes are served; fenced and idempotent routes answer 503 until the store answers' })
-    : Response.json({ ...body, storeState: body.status }, { status: 503 })
-  const lostReply = () => storeDown({ status: 'store state lost', store: store.kind, seen: watch && lossSeen(watch), note: watch?.note,
-    detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' })
+  const readyReply = (storeState: 'ready' | 'store unavailable' | 'store state lost', more: Record<string, unknown> = {}, refusedUntil = ''): Response => {
+    const body = { status: 'ready', store: store.kind, storeState, ...more }
+    if (storeState === 'ready') return Response.json(body)
+    return serving
+      ? Response.json({ ...body, readiness: 'serving', served: `plain routes are served; fenced and idempotent routes answer 503 ${refusedUntil}` })
+      : Response.json({ ...body, status: storeState }, { status: 503 })
+  }
+  const lostReply = () => readyReply('store state lost', { seen: watch && lossSeen(watch), note: watch?.note,
+    detail: 'the store lost acknowledged state (see `seen`); run `fencegate store accept-loss` once the loss is understood' }, 'until an operator accepts the loss (`fencegate store accept-loss`)')
   app.get('/readyz', async (c) => {
     if (!accepting()) return c.json({ status: 'shutting down' }, 503)
     try {
@@ -107,16 +112,16 @@ export function createAdmin({ token, writeToken = undefined, store, metrics, acc
       if (watch?.lost) return lostReply()
       // still ready: the other shards serve; this one's writes get 503 (store.replicas)
       const short = store.replicaShortfalls?.() ?? []
-      if (short.length) return c.json({ status: 'ready', store: store.kind, replicas: short })
+      if (short.length) return readyReply('ready', { replicas: short })
       const refused = store.writeRefused?.()
       // still ready: replays and stale-token refusals are answered; new keys get 503
-      if (refused) return c.json({ status: 'ready', store: store.kind, storeState: 'ready', disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })
-      return c.json({ status: 'ready', store: store.kind, storeState: 'ready' })
+      if (refused) return readyReply('ready', { disk: `the store's disk refused a write ${Math.round((Date.now() - refused.at) / 1000)} s ago (${refused.code}: ${refused.message}): new keys are refused (503), replays are served` })
+      return readyReply('ready')
     } catch (e) {
       // a check that met a store gone back in time (src/store/state-loss/sequence.ts) marked the loss
       if (watch?.lost) return lostReply()
       metrics.storeUp.set({ store: store.kind }, 0)
-      return storeDown({ status: 'store unavailable', store: store.kind, detail: (e as Error).message })
+      return readyReply('store unavailable', { detail: (e as Error).message }, 'until the store answers')
     }
   })
   // write actions: their own token, checked before (and instead of) the read token

@@ -96,3 +96,39 @@ test('admin.readiness accepts store or serving; anything else is a config error 
   expect(r.status).toBe(2)
   expect(r.stderr).toMatch(/admin\.readiness/)
 })
+
+describe.each(['serving', 'store'] as const)('admin.readiness: %s through a store state loss', (readiness) => {
+  test('/readyz says the store state is lost (503 with store, 200 with serving) until the loss is accepted', async () => {
+    const prefix = `fgready-lost-${readiness}-${run}`
+    const gw = await startTestGateway({
+      admin: { readiness, writeToken: 'write-secret' },
+      store: { kind: 'redis', url: REDIS_URL, keyPrefix: prefix },
+      routes: [{ name: 'pay', path: `/lost/${readiness}/:acct/*`, upstream: up.url, fencing: { resource: '{param.acct}' } }],
+    })
+    try {
+      expect((await post(`${gw.url}/lost/${readiness}/a/charge`, {}, { 'fencing-token': '5' })).status).toBe(201)
+      // a Redis restarted without persistence: every key of the prefix gone, the epoch marker with them
+      await dropRedisPrefix(prefix)
+      const readyz = () => send(`${gw.adminUrl}/readyz`)
+      const lost = await until(async () => { const r = await readyz(); return r.json().storeState === 'store state lost' && r }, { timeoutMs: 10_000, intervalMs: 200, message: '/readyz to say the store state is lost' })
+      if (readiness === 'serving') {
+        expect(lost.status).toBe(200)
+        expect(lost.json()).toMatchObject({ status: 'ready', readiness: 'serving', store: 'redis', storeState: 'store state lost', served: expect.stringContaining('accept-loss') })
+        expect(lost.json().served).not.toContain('until the store answers')
+      } else {
+        expect(lost.status).toBe(503)
+        expect(lost.json()).toMatchObject({ status: 'store state lost', store: 'redis', storeState: 'store state lost' })
+      }
+      expectProblem(await post(`${gw.url}/lost/${readiness}/a/charge`, {}, { 'fencing-token': '6' }), { status: 503, type: 'store-state-lost' })
+
+      const accepted = await send(`${gw.adminUrl}/store/accept-loss`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer write-secret' }, body: '{}' })
+      expect(accepted.status).toBe(200)
+      const ready = await until(async () => { const r = await readyz(); return r.json().storeState === 'ready' && r }, { timeoutMs: 10_000, intervalMs: 200, message: '/readyz to say the store is ready again' })
+      expect(ready.status).toBe(200)
+      expect(ready.json()).toMatchObject({ status: 'ready', store: 'redis', storeState: 'ready' })
+    } finally {
+      await gw.close()
+      await dropRedisPrefix(prefix)
+    }
+  })
+})
