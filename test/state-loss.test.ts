@@ -176,3 +176,39 @@ describe('store state loss', () => {
     })
   }
 })
+
+describe('lease calls during a store state loss (contract §3a, §3)', () => {
+  test('POST, PUT and DELETE answer 503 store-state-lost and grant nothing until accept-loss; then a grant works again', async () => {
+    const prefix = `loss-lease-${process.pid}-${Date.now()}`
+    const store: StoreInput = { kind: 'redis', url: REDIS_URL, keyPrefix: prefix }
+    const gw = await startTestGateway({ store, leases: { resources: ['account:*'], defaultTtl: '30s' }, routes: [fenced()] })
+    gateways.push(gw)
+    const file = join(gw.dir, 'accept.yaml')
+    writeFileSync(file, gatewayConfig({ store, routes: [ledger()] }))
+    const lease = (r: string) => `${gw.url}/_fencegate/leases/${encodeURIComponent(`account:${r}`)}`
+    const granted = async () => metric(await metrics(gw.adminUrl), 'fencegate_leases_total', { result: 'granted' })
+    try {
+      const first = await post(lease('a'), { holder: 'worker-1' })
+      expect(first.status).toBe(201)
+      const token = first.json().token as string
+      expect(await granted()).toBe(1)
+
+      expect(await wipe(prefix)).toBeGreaterThan(0)
+      await readyz(gw, 503)
+      expectProblem(await post(lease('b'), { holder: 'worker-2' }), { status: 503, type: 'store-state-lost' })
+      expectProblem(await send(lease('a'), { method: 'PUT', headers: { 'fencing-token': token } }), { status: 503, type: 'store-state-lost' })
+      expectProblem(await send(lease('a'), { method: 'DELETE', headers: { 'fencing-token': token } }), { status: 503, type: 'store-state-lost' })
+      expect(await granted()).toBe(1)
+
+      const accept = await runCli(['store', 'accept-loss', '--config', file])
+      expect(accept.status).toBe(0)
+      await readyz(gw, 200)
+      const again = await post(lease('b'), { holder: 'worker-2' })
+      expect(again.status).toBe(201)
+      expect(again.headers['fencing-token']).toBe(again.json().token)
+      expect(await granted()).toBe(2)
+    } finally {
+      await wipe(prefix)
+    }
+  })
+})
