@@ -233,6 +233,7 @@ describe('series from the start (contract §6)', () => {
     zero('fencegate_store_duration_seconds_count', { store: 'sqlite', op: 'admit' })
     zero('fencegate_store_state_losses_total', { store: 'sqlite' })
     for (const reason of ['queue_full', 'store_error', 'log_full', 'evicted']) zero('fencegate_audit_dropped_total', { reason })
+    for (const result of ['granted', 'held', 'renewed', 'released', 'stale', 'expired']) zero('fencegate_leases_total', { result })
     expect(missing).toEqual([])
     // none on routes that cannot have them
     expect(sample(fresh, 'fencegate_fencing_rejections_total', { route: 'flaky', reason: 'stale' })).toBeUndefined()
