@@ -22,7 +22,6 @@ import { COMMANDS, commandHelp, overview, storeOverview } from './cli/commands.j
 import { commandOf, configFile, flagsOf, readConfig } from './cli/args.js'
 import { done, Exit, finish, usageError } from './cli/exit.js'
 import { checkConfig } from './cli/check-config.js'
-import { configWarnings, formatWarning } from './config/warnings.js'
 import { start } from './cli/start.js'
 
 async function main(argv: string[]): Promise<void> {
@@ -51,9 +50,8 @@ async function main(argv: string[]): Promise<void> {
     case 'unknown': return done(await unknownCommand(config, values))
     case 'leases': return done(await leasesCommand(config, values))
     case 'doctor': {
-      // the config's own warnings first: they name what the store's settings cannot show
-      for (const w of configWarnings(config)) process.stderr.write(`${formatWarning(file, w)}\n`)
-      const r = await doctorCommand(config, values)
+      const r = await doctorCommand(config, values, file)
+      for (const w of r.warnings) process.stderr.write(`${w}\n`)
       if (r.stdout) process.stdout.write(r.stdout)
       if (r.code === 0) return
       // the report is out: a refusal says why on stderr (in --json the report's "refused" does)

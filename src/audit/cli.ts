@@ -12,6 +12,7 @@
  */
 import { existsSync } from 'node:fs'
 import type { Config } from '../config/schema.js'
+import { configWarnings, formatWarning } from '../config/warnings.js'
 import { acceptedLossFinding, describeNote, inspectStore, openStore, runningReport, StoreError, type AuditEntry, type DoctorReport, type Finding, type Store } from '../store/index.js'
 import { Problem } from '../problems.js'
 import { buildReport, formatReport, parseSince, DEFAULT_SINCE } from './report.js'
@@ -158,8 +159,14 @@ export async function leasesCommand(config: Config, args: AuditArgs): Promise<Co
  * start-up (risks are reported, not failed on); 1: the store cannot be read, a blocking risk
  * not named in store.acceptRisks would stop the gateway from starting, or the store holds a loss
  * note (finding `state-loss`: the gateways refuse fenced and idempotent requests until accept-loss).
+ * The config's own warnings (../config/warnings.ts) come first: they name what the store's
+ * settings cannot show; `warnings` holds their lines for stderr whatever the exit, and --json's
+ * report has them as `warnings` ({path, message}), as check-config's does.
+ * @param file the config file, for the warnings' lines
  */
-export async function doctorCommand(config: Config, args: { json?: boolean }): Promise<{ code: number; stdout?: string; stderr?: string[] }> {
+export async function doctorCommand(config: Config, args: { json?: boolean }, file: string): Promise<{ code: number; stdout?: string; stderr?: string[]; warnings: string[] }> {
+  const found = configWarnings(config)
+  const warnings = found.map((w) => formatWarning(file, w))
   let store: Store | undefined
   try {
     // sqlite: the pragmas of a connection opened as the gateway opens it (a file not made yet is not created)
@@ -175,9 +182,10 @@ export async function doctorCommand(config: Config, args: { json?: boolean }): P
       ...report.refused.length ? [`fencegate doctor: the gateway would refuse to start: ${report.refused.map((f) => f.id).join(', ')} (see above; store.acceptRisks)`] : [],
       ...lost ? ['fencegate doctor: the store lost acknowledged state (state-loss, see above): every gateway sharing it refuses fenced and idempotent requests until `fencegate store accept-loss`'] : [],
     ]
-    return { code: stderr.length ? 1 : 0, stdout: args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatDoctor(report)}\n`, stderr: stderr.length ? stderr : undefined }
+    const out = args.json ? `${JSON.stringify(found.length ? { ...report, warnings: found } : report, null, 2)}\n` : `${formatDoctor(report)}\n`
+    return { code: stderr.length ? 1 : 0, stdout: out, stderr: stderr.length ? stderr : undefined, warnings }
   } catch (e) {
-    return { code: 1, stderr: [`fencegate doctor: cannot read the ${config.store.kind} store's settings: ${(e as Error).message}`] }
+    return { code: 1, stderr: [`fencegate doctor: cannot read the ${config.store.kind} store's settings: ${(e as Error).message}`], warnings }
   } finally {
     await store?.close().catch(() => {})
   }
