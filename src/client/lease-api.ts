@@ -4,7 +4,7 @@
  * `{gateway}{path}/{resource}`, the resource percent-encoded.
  */
 import { decide, type Decision } from './decisions.js'
-import type { FetchLike } from './send.js'
+import { parseBody, type FetchLike } from './send.js'
 
 /** The lease service's default prefix on the proxy listener (contract §3a `leases.path`). */
 export const LEASES_PATH = '/_fencegate/leases'
@@ -54,8 +54,7 @@ async function call(s: LeaseService, method: string, resource: string, headers: 
   try {
     const r = await (s.fetch ?? globalThis.fetch)(leaseUrl(s, resource), { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), signal })
     const text = await r.text()
-    let parsed: unknown = text
-    try { parsed = text ? JSON.parse(text) : undefined } catch { /* not JSON */ }
+    const parsed = text ? parseBody(text, r.headers.get('content-type')) : undefined
     return { decision: decide({ status: r.status, headers: r.headers, body: parsed }), status: r.status, body: parsed, sentAt }
   } catch (error) {
     return { decision: decide({ status: 0 }), status: 0, body: undefined, sentAt, error }

@@ -70,14 +70,19 @@ export interface SendOptions {
   onAnswer?: (d: Decision, answer: { status: number; body: unknown; replayed: boolean }) => void
 }
 
-const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
+/** Waits `ms`, or until `signal` aborts (at once when it has); never rejects, leaves no listener behind. */
+export const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
   if (signal?.aborted) return resolve()
   const t = setTimeout(done, ms)
   function done() { clearTimeout(t); signal?.removeEventListener('abort', done); resolve() }
   signal?.addEventListener('abort', done, { once: true })
 })
 
-const parse = (text: string, type: string | null): unknown => {
+/**
+ * An answer's body as the client reads it: the parsed JSON when its Content-Type says JSON
+ * (application/json, application/problem+json: RFC 9457) and it parses, else its text.
+ */
+export const parseBody = (text: string, type: string | null): unknown => {
   if (!/json/i.test(type ?? '')) return text
   try { return JSON.parse(text) } catch { return text }
 }
@@ -99,7 +104,7 @@ export async function send(f: FetchLike, input: string | URL, init: RequestInit 
     try {
       const r = await f(input, init)
       const text = await r.text()
-      const body = parse(text, r.headers.get('content-type'))
+      const body = parseBody(text, r.headers.get('content-type'))
       const decision = decide({ status: r.status, headers: r.headers, body })
       out = { decision, status: r.status, headers: r.headers, body, replayed: r.headers.get('idempotent-replayed') === 'true', attempts }
     } catch (error) {

@@ -18,7 +18,7 @@ import { hostname } from 'node:os'
 import { randomBytes } from 'node:crypto'
 import { decide, type Decision } from './decisions.js'
 import { acquireLease, releaseLease, renewLease, type LeaseBody, type LeaseService } from './lease-api.js'
-import { fencedFetch, send, type FetchLike, type Sent, type SendOptions } from './send.js'
+import { fencedFetch, parseBody, send, sleep, type FetchLike, type Sent, type SendOptions } from './send.js'
 
 /** The lease was lost while the work ran: taken over or released (412), or not renewable until its end. */
 export class LeaseLostError extends Error {
@@ -79,15 +79,6 @@ export interface Lease {
   send(input: string | URL, init?: RequestInit, o?: SendOptions): Promise<Sent>
 }
 
-const problemBody = (bytes: ArrayBuffer): unknown => {
-  try { return JSON.parse(Buffer.from(bytes).toString('utf8')) } catch { return undefined }
-}
-
-const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
-  const t = setTimeout(resolve, ms)
-  signal?.addEventListener('abort', () => { clearTimeout(t); resolve() }, { once: true })
-})
-
 /**
  * Takes the lease on `resource`, runs `fn` under it, renews it meanwhile and releases it after.
  * @returns what `fn` returns
@@ -143,7 +134,7 @@ export async function withLease<T>(resource: string, fn: (lease: Lease) => Promi
     // read the refusal before the abort, which would cut its body off
     const body = await r.arrayBuffer()
     const refused = new Response(body, { status: r.status, statusText: r.statusText, headers: r.headers })
-    lose('stale', decide({ status: r.status, headers: r.headers, body: problemBody(body) }))
+    lose('stale', decide({ status: r.status, headers: r.headers, body: parseBody(Buffer.from(body).toString('utf8'), r.headers.get('content-type')) }))
     return refused
   }
   const lease: Lease = {
