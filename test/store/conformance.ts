@@ -40,7 +40,10 @@ export interface ConformanceOptions {
    * default record key), so a fault on that one record is enough.
    */
   failClaims?: (store: Store) => Promise<() => Promise<void>>
-  /** the store keeps no write sequence (a Redis Cluster: a script reaches one slot only) */
+  /**
+   * the store's write sequence is not the one `store.sequence.seen` counts (a Redis Cluster keeps
+   * one per slot, since a script reaches one slot only: redis-cluster-loss.test.ts checks it)
+   */
   unsequenced?: true
   /**
    * Opens a store on the same backing state that takes its instants from its own clock (redis,
