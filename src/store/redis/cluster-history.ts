@@ -179,18 +179,28 @@ export class ClusterHistory {
 
   /**
    * Before a write in `slot`, and after its answer came from master `nodeId`: a master not known
-   * for the slot is looked at first.
-   * @throws StoreWentBack on a loss; StoreError while the slot's master settles
+   * for the slot is looked at first. Synchronous — undefined, nothing to wait for — unless a
+   * master is looked at or one whose hold has just ended has its loss note read: the hot path of
+   * a cluster write awaits nothing here while no failover settles.
+   * @throws StoreWentBack on a loss; StoreError while the slot's master settles (thrown, or the promise rejects)
    */
-  async check(op: string, slot: number, nodeId?: string): Promise<void> {
-    if (nodeId !== undefined && this.#views.size && this.#slotMaster.get(slot) !== nodeId) await this.look(op)
+  check(op: string, slot: number, nodeId?: string): Promise<void> | undefined {
+    if (nodeId !== undefined && this.#views.size && this.#slotMaster.get(slot) !== nodeId) return this.look(op).then(() => this.#settled(op, nodeId))
+    if (!this.#settling.size) return undefined
     const master = nodeId ?? this.#slotMaster.get(slot)
-    const s = master === undefined ? undefined : this.#settling.get(master)
-    if (!s) return
+    return master === undefined ? undefined : this.#settled(op, master)
+  }
+
+  /** Refuses while `master` settles; once its hold ended, reads whether a gateway left a loss note meanwhile. */
+  #settled(op: string, master: string): Promise<void> | undefined {
+    const s = this.#settling.get(master)
+    if (!s) return undefined
     if (Date.now() < s.until) throw new StoreError(`redis ${op}: ${s.why}; slots ${slotRanges(s.slots)} refuse writes until every gateway has compared its own writes`, op, { refusal: 'failover_settling' })
-    this.#settling.delete(master!)
+    this.#settling.delete(master)
     // settled: a gateway that found its writes missing has left a note by now
-    if (await this.cluster.get(this.o.noteKey) !== null) throw new StoreError(`redis ${op}: a gateway noted a state loss; this gateway's watch takes it up`, op)
+    return this.cluster.get(this.o.noteKey).then((note) => {
+      if (note !== null) throw new StoreError(`redis ${op}: a gateway noted a state loss; this gateway's watch takes it up`, op)
+    })
   }
 
   /**

@@ -148,6 +148,7 @@ export class RedisStore implements Store {
         if (/^cluster_enabled:1/m.test(info)) throw new Error('it is a Redis Cluster node: set store.cluster: true (and list seed nodes in store.url)')
         store.#history.observe(await replicationIds(r).catch(() => undefined), 'open')
       }
+      if (store.cluster) store.#keys.buildSlotSeqs()
       // the masters as they are now: what a later failover is told apart from
       await store.#masters?.look('open').catch(() => { /* an unreadable master: the first poll looks again */ })
       store.epoch = await initEpoch(r, store.#keys, store.cluster)

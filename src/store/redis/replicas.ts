@@ -121,7 +121,8 @@ export class Writer {
   async #callSlot<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op: string, onConn = false): Promise<{ conn: Redis | Cluster; result: T } & T> {
     const { history, key } = this.o.slots!
     const slot = keySlot(keys[0])
-    await history.check(op, slot)
+    const settling = history.check(op, slot)
+    if (settling) await settling
     const seen = history.seenIn(slot)
     const k = keys.slice()
     k.push(key(slot))
@@ -137,7 +138,8 @@ export class Writer {
       throw e
     }
     const [n, node, r] = sent.result
-    await history.check(op, slot, node.toString())
+    const checking = history.check(op, slot, node.toString())
+    if (checking) await checking
     const v = BigInt(n.toString())
     // with replicas a sequence counts once a WAIT covered it (see `acked`)
     if (this.o.replicas === 0) history.saw(slot, v)
