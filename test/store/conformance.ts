@@ -1210,6 +1210,7 @@ export function describeStoreConformance(
           ['release', () => s.release(key(), 'c1')],
           ['renew', () => s.renew(key(), 'c1', 1_000, T0 + 1)],
           ['unknowns', () => s.unknowns(T0 + 1)],
+          ['unknown_record', () => s.unknownRecord(key(), T0 + 1)],
           ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
           ['ping', () => s.ping()],
           ['markers', () => s.markers()],

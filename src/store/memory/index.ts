@@ -227,9 +227,7 @@ export class MemoryStore implements Store {
   }
 
   unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
-    return this.#call('unknowns', () => {
-      return unknownAt(key, this.#records.get(recordId(key)), now)
-    })
+    return this.#call('unknown_record', () => unknownAt(key, this.#records.get(recordId(key)), now))
   }
 
   /** contract §3a: each resource's lease, beside its mark; the grant raises the mark in the same section */

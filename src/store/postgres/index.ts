@@ -235,7 +235,7 @@ export class PostgresStore implements Store {
   }
 
   unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
-    return this.#run('unknowns', () => readUnknownRecord(this.#pool, this.#q, this.#now(now), key))
+    return this.#run('unknown_record', () => readUnknownRecord(this.#pool, this.#q, this.#now(now), key))
   }
 
   /** Deletes attempt log entries older than the retention; returns how many. */

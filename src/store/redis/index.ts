@@ -259,7 +259,7 @@ export class RedisStore implements Store {
     return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
   }
 
-  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> { return this.#run('unknowns', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key)) }
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> { return this.#run('unknown_record', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key)) }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)
 
