@@ -49,7 +49,7 @@ export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 export type { UnknownReason }
 
 export type { StoreKind }
-export type { Lease, LeaseChange, LeaseGrant, LeaseStore } from './leases.js'
+export type { Lease, LeaseChange, LeaseGrant } from './leases.js'
 
 export interface Store extends SettleStore, LeaseStore {
   readonly kind: StoreKind

@@ -180,8 +180,8 @@ export class KeyNames {
 
   /** The keys of the resource's lease scripts: the mark, its since key, the lease (one hash tag: one slot). */
   lease(resource: string): [mark: string, since: string, lease: string] {
-    const k = this.mark(resource)
-    return [k, `${k}s`, `${k}l`]
+    const [mark, since] = this.fence(resource)
+    return [mark, since, `${mark}l`]
   }
 
   /** One idempotency record. */

@@ -20,7 +20,7 @@ export interface LeaseRow {
 const leaseOf = (resource: string, r: LeaseRow): Lease => ({ resource, token: r.token, holder: r.holder, expiresAt: r.expiresAt, ttlMs: r.ttlMs })
 
 /** Whether the row is a live lease at `now`. */
-export const isLive = (r: LeaseRow | undefined, now: number): r is LeaseRow => r !== undefined && !r.released && r.expiresAt > now
+const isLive = (r: LeaseRow | undefined, now: number): r is LeaseRow => r !== undefined && !r.released && r.expiresAt > now
 
 /**
  * Acquire: another holder's live lease → held, nothing written; else the next token, above every
