@@ -47,7 +47,7 @@ export const LEASE_RESULTS = ['granted', 'held', 'renewed', 'released', 'stale',
  * counts. A new store operation belongs here too, or its first error is invisible to alerts
  * (test/dashboard.test.ts compares this list with guardStore's calls).
  */
-export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'take_probe', 'settle', 'lease_acquire', 'lease_renew', 'lease_release', 'lease_read', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
+export const STORE_OPS = ['fence', 'highest', 'mark', 'claim', 'admit', 'finish', 'release', 'renew', 'resolve', 'unknowns', 'unknown_record', 'take_probe', 'settle', 'lease_acquire', 'lease_renew', 'lease_release', 'lease_read', 'markers', 'accept_loss', 'retire_epoch', 'ping', 'register', 'older_registered', 'unregister'] as const
 /**
  * A histogram whose observations carry the active sampled span as an exemplar, with the plain
  * `observe(labels, value)` and `startTimer()` calls of any histogram.

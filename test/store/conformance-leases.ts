@@ -12,6 +12,7 @@ import { T0 } from './conformance.js'
 
 const R = 'account:acct-9f2c'
 const TTL = 10_000
+const MAX_TOKEN = 9223372036854775807n
 
 /**
  * The lease cases on the stores `open` makes; `openSecond` (conformance's `makeSecond`) opens
@@ -110,6 +111,65 @@ export function describeLeases(open: () => Promise<Store>, openSecond?: () => Pr
         expect(t).toBeGreaterThan(last)
         last = t
         if (i % 3 === 0) expect((await s.releaseLease(R, t, T0 + i * 1_000 + 1)).done).toBe(true)
+      }
+    })
+
+    test('past Lua\'s and JavaScript\'s exact numbers: a mark of 2^53+1 gives the grant 2^53+2 exactly; one of 2^63−2 the largest token', async () => {
+      const s = await open()
+      const big = 2n ** 53n + 1n
+      await s.fence(R, big, T0)
+      const g = await s.acquireLease(R, 'w', TTL, T0 + 1)
+      expect(g.granted && g.lease.token).toBe(big + 1n)
+      expect(await s.mark(R)).toEqual({ highest: big + 1n, since: T0 + 1 })
+      expect(await s.renewLease(R, big + 1n, T0 + 2)).toMatchObject({ done: true, lease: { token: big + 1n } })
+      await s.fence('account:top', MAX_TOKEN - 1n, T0)
+      const top = await s.acquireLease('account:top', 'w', TTL, T0 + 1)
+      expect(top.granted && top.lease.token).toBe(MAX_TOKEN)
+      expect(await s.fence('account:top', MAX_TOKEN, T0 + 2)).toMatchObject({ accepted: true, highest: MAX_TOKEN })
+    })
+
+    test('no token above 2^63−1: a grant on a resource whose mark or lease holds it is refused with StoreError, on every engine alike, and nothing is written', async () => {
+      const s = await open()
+      await s.fence(R, MAX_TOKEN, T0)
+      for (const holder of ['a', 'b']) {
+        const e = await s.acquireLease(R, holder, TTL, T0 + 1).then(() => undefined, (x: unknown) => x)
+        expect(e).toBeInstanceOf(StoreError)
+        expect((e as StoreError).op).toBe('lease_acquire')
+        expect((e as Error).message).toContain('the resource has token 9223372036854775807, the largest fencing token, so no lease can be granted above it; nothing was written')
+      }
+      expect(await s.mark(R)).toEqual({ highest: MAX_TOKEN, since: T0 })
+      expect(await s.readLease(R, T0 + 2)).toBeUndefined()
+      // the lease that took the largest token: its holder asking again is refused too, the lease kept
+      await s.fence('account:last', MAX_TOKEN - 1n, T0)
+      const last = await s.acquireLease('account:last', 'w', TTL, T0 + 1)
+      expect(last.granted && last.lease.token).toBe(MAX_TOKEN)
+      await expect(s.acquireLease('account:last', 'w', TTL, T0 + 2)).rejects.toBeInstanceOf(StoreError)
+      expect(await s.readLease('account:last', T0 + 3)).toMatchObject({ token: MAX_TOKEN, holder: 'w', expiresAt: T0 + 1 + TTL })
+      // other resources are not affected
+      expect(await s.acquireLease('account:fresh', 'w', TTL, T0)).toMatchObject({ granted: true, lease: { token: 1n } })
+    })
+
+    test('a grant racing fences from elsewhere: its token is above every token the fence accepted before it, and the mark never falls back', async () => {
+      const s = await open()
+      const other = openSecond ? await openSecond() : s
+      for (let round = 0; round < 12; round++) {
+        const r = `account:race-${round}`
+        // tokens 1..8 fenced in a shuffled order, the grant started among them
+        const tokens = Array.from({ length: 8 }, (_, i) => BigInt(i + 1)).sort(() => Math.random() - 0.5)
+        const at = round % (tokens.length + 1)
+        const fences = tokens.map((t, i) => other.fence(r, t, T0 + i))
+        const grant = s.acquireLease(r, 'w', TTL, T0 + at)
+        const [g, ...done] = await Promise.all([grant, ...fences])
+        expect(g.granted).toBe(true)
+        const token = g.granted ? g.lease.token : 0n
+        const accepted = tokens.filter((_, i) => done[i].accepted)
+        // linearised, the fences accepted before the grant are those below its token, and it is one above the highest of them
+        const before = accepted.filter((t) => t < token)
+        expect(token, `round ${round}: accepted ${accepted.join(',')}`).toBe((before.length ? before.reduce((a, b) => (a > b ? a : b)) : 0n) + 1n)
+        const top = accepted.reduce((a, b) => (a > b ? a : b), token)
+        expect((await s.mark(r))?.highest, `round ${round}`).toBe(top)
+        // a fence below the grant after it is refused
+        expect(await other.fence(r, token - 1n, T0 + 100)).toMatchObject({ accepted: false })
       }
     })
 

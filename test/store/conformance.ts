@@ -14,7 +14,7 @@
  *   describeStoreConformance('sqlite', make, { cleanup, makeSecond, failClaims })
  */
 import { afterEach, describe, expect, test } from 'vitest'
-import { StoreError, StoreWentBack, type AuditEntry, type ClaimRequest, type ClaimResult, type LossNote, type RecordKey, type Registration, type Store, type StoredResponse, type UnknownReason } from '../../src/store/index.js'
+import { LEASE_ROUTE, StoreError, StoreWentBack, type AuditEntry, type ClaimRequest, type ClaimResult, type LossNote, type RecordKey, type Registration, type Store, type StoredResponse, type UnknownReason } from '../../src/store/index.js'
 import { randomUUID } from 'node:crypto'
 import { describeRelease } from './conformance-give-back.js'
 import { describeSettle } from './conformance-settle.js'
@@ -40,7 +40,10 @@ export interface ConformanceOptions {
    * default record key), so a fault on that one record is enough.
    */
   failClaims?: (store: Store) => Promise<() => Promise<void>>
-  /** the store keeps no write sequence (a Redis Cluster: a script reaches one slot only) */
+  /**
+   * the store's write sequence is not the one `store.sequence.seen` counts (a Redis Cluster keeps
+   * one per slot, since a script reaches one slot only: redis-cluster-loss.test.ts checks it)
+   */
   unsequenced?: true
   /**
    * Opens a store on the same backing state that takes its instants from its own clock (redis,
@@ -824,6 +827,8 @@ export function describeStoreConformance(
 
       test('timeline: the entries of some key hashes or of one resource, oldest first, every field kept, capped at the newest `limit`', async () => {
         const s = await open()
+        const lease: AuditEntry = { time: now - 550, kind: 'lease', replica: 'host:1', route: LEASE_ROUTE, method: 'POST', resource: 'account:l', token: '9007199254740993', result: 'granted', by: 'worker-7', leaseUntil: now + 29_450, status: 201, durationMs: 1.25, requestId: 'req-l1' }
+        const probe: AuditEntry = { time: now - 500, kind: 'probe', replica: 'host:1', route: 'pay', keyHash: 'k3', result: 'applied', upstreamStatus: 200, upstreamMs: 12.5, requestId: 'req-p1' }
         const full = at(-900, { method: 'POST', outcome: 'outcome_unknown', keyHash: 'k1', token: '33', resource: 'account:a', fingerprint: 'fp', result: 'stored', unknown: 'timeout', abandoned: true, duplicate: true, overtaken: true, status: 504, upstreamStatus: 201, durationMs: 2.25, upstreamMs: 1.5, lateMs: 41000.25, highestToken: '34', traceId: 'ab'.repeat(16), requestId: 'req-7f3a' })
         await s.audit.append([
           at(-7_200_000, { outcome: 'forwarded', keyHash: 'k1' }), // before `since`
@@ -832,6 +837,8 @@ export function describeStoreConformance(
           at(-800, { outcome: 'stale', resource: 'account:a', token: '32' }),
           at(-700, { outcome: 'replayed', keyHash: 'k1', route: 'other' }),
           { time: now - 600, kind: 'resolve', replica: 'cli:1', route: 'pay', keyHash: 'k1', resolution: 'failed' },
+          lease,
+          probe,
         ])
         const since = now - 3_600_000
         const k1 = await s.audit.timeline({ keyHashes: ['k1'], route: 'pay' }, since, 100)
@@ -845,7 +852,12 @@ export function describeStoreConformance(
         expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'], until: now - 700 }, since, 100)).map((e) => e.time - now)).toEqual([-1000, -900])
         expect((await s.audit.timeline({ keyHashes: ['k1', 'k2'], until: now - 600 }, since, 1)).map((e) => e.time - now)).toEqual([-700])
         // every entry of the window (the audit view's latest keys)
-        expect((await s.audit.timeline({ all: true }, since, 100)).map((e) => e.time - now)).toEqual([-1000, -900, -800, -700, -600])
+        expect((await s.audit.timeline({ all: true }, since, 100)).map((e) => e.time - now)).toEqual([-1000, -900, -800, -700, -600, -550, -500])
+        // a lease entry on its resource's timeline, its end and holder kept; a probe on its key's
+        expect(await s.audit.timeline({ resource: 'account:l' }, since, 100)).toEqual([lease])
+        expect(await s.audit.timeline({ keyHashes: ['k3'] }, since, 100)).toEqual([probe])
+        // operator actions (OPERATOR_KINDS): the resolution only; the lease service's and the probe's entries are not
+        expect(await s.audit.timeline({ operator: true }, since, 100)).toEqual([{ time: now - 600, kind: 'resolve', replica: 'cli:1', route: 'pay', keyHash: 'k1', resolution: 'failed' }])
         expect((await s.audit.timeline({ all: true, route: 'other', until: now - 650 }, since, 100)).map((e) => e.time - now)).toEqual([-700])
       })
 
@@ -1207,6 +1219,7 @@ export function describeStoreConformance(
           ['release', () => s.release(key(), 'c1')],
           ['renew', () => s.renew(key(), 'c1', 1_000, T0 + 1)],
           ['unknowns', () => s.unknowns(T0 + 1)],
+          ['unknown_record', () => s.unknownRecord(key(), T0 + 1)],
           ['resolve', () => s.resolve(key(), 'failed', 60_000, T0 + 1)],
           ['ping', () => s.ping()],
           ['markers', () => s.markers()],

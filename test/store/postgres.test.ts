@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import pg from 'pg'
-import { migratePostgres, PostgresStore, StoreError } from '../../src/store/index.js'
+import { LEASE_ROUTE, migratePostgres, PostgresStore, StoreError } from '../../src/store/index.js'
 import { describeStoreConformance, key, req, sampleResponse, T0 } from './conformance.js'
 
 const URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -122,6 +122,27 @@ describe('PostgresStore', () => {
         expect(await s.mark('kept')).toEqual({ highest: 8n })
         expect(await s.fence('kept', 8n, T0)).toEqual({ accepted: true, highest: 8n })
         expect(await s.fence('kept', 9n, T0 + 1)).toEqual({ accepted: true, highest: 9n, since: T0 + 1, raised: true })
+      } finally {
+        await s.close()
+      }
+    } finally {
+      await admin.query(`DROP SCHEMA IF EXISTS "${m}" CASCADE`)
+    }
+  })
+
+  test('a schema from before leases (no fg_lease_many_v1, no lease_until in the attempt log) stops open() naming what it lacks; migrate adds them', async () => {
+    const m = `${schema}_lease`
+    try {
+      await migratePostgres({ url: URL, schema: m })
+      await admin.query(`DROP FUNCTION "${m}".fg_lease_many_v1; ALTER TABLE "${m}".fg_audit_v1 DROP COLUMN lease_until`)
+      const err = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0 }).then(() => undefined, (e: unknown) => e)
+      expect(err).toBeInstanceOf(StoreError)
+      expect((err as Error).message).toMatch(/older fencegate: run `fencegate migrate.*; it lacks fg_lease_many_v1, fg_audit_v1\.lease_until$/)
+      const s = await PostgresStore.open({ url: URL, schema: m, reapIntervalMs: 0, migrate: true, clock: 'caller' })
+      try {
+        expect(await s.acquireLease('res/l', 'w1', 5_000, T0)).toMatchObject({ granted: true, lease: { token: 1n, holder: 'w1' } })
+        await s.audit.append([{ time: T0, replica: 'h:1', route: LEASE_ROUTE, kind: 'lease', result: 'granted', resource: 'res/l', token: '1', leaseUntil: T0 + 5_000, by: 'w1' }])
+        expect(await s.audit.timeline({ resource: 'res/l' }, T0, 10)).toMatchObject([{ kind: 'lease', leaseUntil: T0 + 5_000, by: 'w1' }])
       } finally {
         await s.close()
       }

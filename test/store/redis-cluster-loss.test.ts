@@ -4,10 +4,11 @@
 // network loses it: the replica is stopped (SIGSTOP) and the master drops its link (CLIENT KILL
 // TYPE replica: the stopped replica cannot reconnect), writes are answered by the master alone,
 // the master is killed (SIGKILL), and the replica resumes and is promoted without those writes.
+// First a slot that went back without a failover: its write sequence key lowered by hand.
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
 import { startLocalCluster, type LocalCluster } from '../../scripts/redis-cluster.js'
-import { keySlot } from '../../src/store/redis/index.js'
+import { keySlot, RedisStore } from '../../src/store/redis/index.js'
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
 import { expectProblem, metric, metrics, post, send } from '../helpers/http.js'
@@ -87,6 +88,60 @@ async function killCut(master: number, replica: number, slot: number): Promise<v
   await until(async () => (await c.masterOf(slot)) === replica, { timeoutMs: 20_000, intervalMs: 200, message: 'the replica to be promoted' })
 }
 const lossCount = async (g: TestGateway) => metric(await metrics(g.adminUrl), 'fencegate_store_state_losses_total', { store: 'redis' })
+
+/** The keys of `master` that match `pattern` (SCAN). */
+async function keysOn(master: number, pattern: string): Promise<string[]> {
+  const out: string[] = []
+  let cursor = '0'
+  do {
+    const [next, keys] = (await c.command<[string, string[]]>(master, 'SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000))!
+    out.push(...keys)
+    cursor = next
+  } while (cursor !== '0')
+  return out
+}
+
+describe('a Redis Cluster slot that went back in time (no failover)', () => {
+  test('its sequence key below what the gateway saw: the next write there is refused unwritten (503 store-state-lost), the loss noted; after accept-loss writes pass again', async () => {
+    const p = `${run}-seq`
+    const g = await gateway(p, 0)
+    const res = 'R1'
+    const slot = markSlot(p, res)
+    const master = (await c.masterOf(slot))!
+    expect((await write(g, res, 100n, 'k-100')).status).toBe(201)
+    // the slot's write sequence (`{fg:<prefix>:q:<n>}`), lowered as a failover to a lagging replica leaves it
+    const seq = (await keysOn(master, `{fg:${p}:q:*`)).filter((k) => keySlot(k) === slot)
+    expect(seq).toHaveLength(1)
+    expect(Number(await c.command(master, 'DECR', seq[0]))).toBeGreaterThanOrEqual(0)
+    const applied = calls(res)
+
+    expectProblem(await write(g, res, 200n, 'k-200'), { status: 503, type: 'store-state-lost' })
+    expect(calls(res)).toBe(applied)
+    // nothing written: the mark stays, no record for the refused key
+    expect(await c.command(master, 'GET', `{fg:${p}:f:${res}}`)).toBe('100')
+    expect(await c.command(await c.masterOf(recordSlot(p, 'k-200')) ?? master, 'EXISTS', `{fg:${p}:r:ledger::k-200}`)).toBe(0)
+    expect(g.logs.join('')).toMatch(new RegExp(`store went back in time.*sequence \\d+ after \\d+ was seen in slot ${slot} \\(master 127\\.0\\.0\\.1:${master}\\)`))
+    expect(await lossCount(g)).toBe(1)
+    const ready = await until(async () => { const r = await send(`${g.adminUrl}/readyz`); return r.status === 503 && r }, { timeoutMs: 5000, intervalMs: 100, message: '/readyz to report the loss' })
+    expect(JSON.stringify(ready.json())).toMatch(new RegExp(`sequence \\d+ after \\d+ was seen in slot ${slot}\\b`))
+    expectProblem(await write(g, res, 200n, 'k-200'), { status: 503, type: 'store-state-lost' })
+    expect(calls(res)).toBe(applied)
+
+    const operator = await RedisStore.open({ url: c.url, cluster: true, keyPrefix: p })
+    try {
+      await operator.acceptLoss()
+    } finally {
+      await operator.close()
+    }
+    await until(async () => (await send(`${g.adminUrl}/readyz`)).status === 200, { timeoutMs: 5000, intervalMs: 100, message: '/readyz to serve again' })
+    // the slot's sequence is followed afresh: writes there pass again, the mark kept
+    expect((await write(g, res, 200n, 'k-200')).status).toBe(201)
+    expect((await write(g, res, 150n, 'k-150')).status).toBe(412)
+    expect((await write(g, res, 300n, 'k-300')).status).toBe(201)
+    expect(calls(res)).toBe(applied + 2)
+    expect(await lossCount(g)).toBe(1)
+  }, 60_000)
+})
 
 describe('a Redis Cluster failover', () => {
   test('replicas 0, the stream cut: the newer token and K1 the promoted replica lacks are state loss, 503 store-state-lost, nothing forwarded again', async () => {

@@ -3,7 +3,7 @@
  * row mapping and the one aggregate query of `AuditLog.query` (the rules of `aggregate` in
  * ./types.ts, as SQL).
  */
-import { emptyCounts, type AuditCounts, type AuditEntry, type TimelineFilter } from './types.js'
+import { emptyCounts, OPERATOR_KINDS, type AuditCounts, type AuditEntry, type TimelineFilter } from './types.js'
 
 /** Columns in insert order. Flags are 0/1 integers in both engines, so they can be summed. */
 export const AUDIT_COLUMNS = [
@@ -56,7 +56,7 @@ export function timelineSql(table: string, p: (n: number) => string, f: Timeline
   const or: string[] = []
   for (const h of f.keyHashes ?? []) { values.push(h); or.push(`key_hash = ${p(values.length)}`) }
   if (f.resource !== undefined) { values.push(f.resource); or.push(`resource = ${p(values.length)}`) }
-  if (f.operator) or.push("kind NOT IN ('attempt', 'lease')")
+  if (f.operator) or.push(`kind IN (${OPERATOR_KINDS.map((k) => `'${k}'`).join(', ')})`)
   if (f.all) or.push('TRUE')
   let where = `time >= ${p(1)} AND (${or.length ? or.join(' OR ') : 'FALSE'})`
   if (f.until !== undefined) { values.push(f.until); where += ` AND time < ${p(values.length)}` }

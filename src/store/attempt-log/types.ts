@@ -77,6 +77,16 @@ export interface AuditEntry {
   leaseUntil?: number
 }
 
+/**
+ * The kinds of entry that are operator actions (`TimelineFilter.operator`, the audit report's
+ * actions): a resolution and an accepted loss, by the CLI or the admin API (a settlement by probe
+ * is a `resolve` too). Probes are the gateway's own, lease entries the lease service's: neither is one.
+ */
+export const OPERATOR_KINDS = ['resolve', 'accept-loss'] as const satisfies readonly AuditEntry['kind'][]
+
+/** Whether `e` is an operator action (OPERATOR_KINDS). */
+const isOperatorAction = (e: AuditEntry): boolean => (OPERATOR_KINDS as readonly string[]).includes(e.kind)
+
 /** The `route` of the lease service's entries: no route's name (names are [a-z0-9_-]+), so never one of theirs. */
 export const LEASE_ROUTE = '(leases)'
 
@@ -129,7 +139,7 @@ export function fencedIn(e: AuditEntry, since: number, until: number, route: str
 
 /**
  * Which entries a timeline holds: those with one of `keyHashes`, or with `resource`, or (with
- * `operator`) every operator action (kinds other than `attempt` and `lease`), or (with `all`) every entry;
+ * `operator`) every operator action (OPERATOR_KINDS), or (with `all`) every entry;
  * only `route`'s when given, and only those before `until` (epoch ms) when given: the next older
  * page of a timeline.
  */
@@ -147,7 +157,7 @@ export function inTimeline(e: AuditEntry, f: TimelineFilter): boolean {
   if (f.route !== undefined && e.route !== f.route) return false
   if (f.until !== undefined && e.time >= f.until) return false
   if (f.all) return true
-  if (f.operator && e.kind !== 'attempt' && e.kind !== 'lease') return true
+  if (f.operator && isOperatorAction(e)) return true
   if (f.keyHashes && e.keyHash !== undefined && f.keyHashes.includes(e.keyHash)) return true
   return f.resource !== undefined && e.resource === f.resource
 }

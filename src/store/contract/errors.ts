@@ -31,7 +31,6 @@ export class StoreError extends TracelessError {
   }
 }
 
-
 export type { StoreLimit }
 
 /**

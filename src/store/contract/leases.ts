@@ -20,6 +20,17 @@
  * - A lease is never evicted; a released one keeps its token (the next grant is above it).
  */
 
+/** The largest fencing token (contract §3: 2^63−1), a lease's too. */
+export const MAX_LEASE_TOKEN = 9223372036854775807n
+
+/**
+ * What every store's refusal of a grant says when the resource's newest token (its high-water
+ * mark or its last lease's) is already MAX_LEASE_TOKEN: a StoreError of op `lease_acquire`,
+ * nothing written. Plain ASCII without quotes: the Lua script and the plpgsql function raise it
+ * as it is.
+ */
+export const LEASE_TOKENS_EXHAUSTED = 'the resource has token 9223372036854775807, the largest fencing token, so no lease can be granted above it; nothing was written'
+
 /** A resource's lease as the store keeps it. */
 export interface Lease {
   resource: string

@@ -49,7 +49,7 @@ export { StoreError, StoreFull, type StoreLimit } from './errors.js'
 export type { UnknownReason }
 
 export type { StoreKind }
-export type { Lease, LeaseChange, LeaseGrant, LeaseStore } from './leases.js'
+export type { Lease, LeaseChange, LeaseGrant } from './leases.js'
 
 export interface Store extends SettleStore, LeaseStore {
   readonly kind: StoreKind
@@ -272,7 +272,7 @@ export interface Store extends SettleStore, LeaseStore {
   /**
    * Close connections or files (sqlite first commits the writes already asked for; not checked
    * by the suite). Every later call rejects with StoreError whose `op` names it — `markers`,
-   * `acceptLoss` (`accept_loss`) and the attempt log's (`audit_append`, `audit_query`,
+   * `acceptLoss` (`accept_loss`), `unknownRecord` (`unknown_record`) and the attempt log's (`audit_append`, `audit_query`,
    * `audit_timeline`, `audit_fenced`) included.
    */
   close(): Promise<void>

@@ -10,7 +10,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { decideClaim, decideFinish, decideRelease, decideResolve, decideSettle, decideTakeProbe, mayRenew, parseRecordId } from '../shared/record-state.js'
-import { unknownOf } from '../shared/unknown-record.js'
+import { unknownAt } from '../shared/unknown-record.js'
 import { recordId } from '../shared/record-state.js'
 import { closedError, storeError } from '../shared/call.js'
 import { StoreFull, type AdmitResult, type FenceMark, type FenceRequest, type StateMarkers, type ClaimRequest, type ClaimResult, type Completion, type FenceResult, type RecordKey, type ReleaseResult, type ProbeTake, type Resolution, type Settlement, type SettleResult, type ResolveResult, type Store, type UnknownRecord } from '../contract/store.js'
@@ -219,24 +219,15 @@ export class MemoryStore implements Store {
       const out: UnknownRecord[] = []
       for (const [id, r] of this.#records.held) {
         if (out.length >= limit) break
-        if (r.expiresAt <= now) continue
-        const crashed = r.state === 'in_flight' && r.leaseUntil <= now
-        if (r.state !== 'unknown' && !crashed) continue
-        const key = parseRecordId(id)
-        if (route !== undefined && key.route !== route) continue
-        out.push(unknownOf(key, r, crashed))
+        const u = unknownAt(() => parseRecordId(id), r, now)
+        if (u && (route === undefined || u.key.route === route)) out.push(u)
       }
       return out
     })
   }
 
   unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
-    return this.#call('unknowns', () => {
-      const r = this.#records.get(recordId(key))
-      if (!r || r.expiresAt <= now) return undefined
-      const crashed = r.state === 'in_flight' && r.leaseUntil <= now
-      return r.state === 'unknown' || crashed ? unknownOf(key, r, crashed) : undefined
-    })
+    return this.#call('unknown_record', () => unknownAt(key, this.#records.get(recordId(key)), now))
   }
 
   /** contract §3a: each resource's lease, beside its mark; the grant raises the mark in the same section */

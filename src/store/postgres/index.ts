@@ -40,7 +40,7 @@ import { storeCall } from '../shared/call.js'
 import { StoreClock } from '../shared/clock.js'
 import { groupCommit, type GroupCommit } from './batches.js'
 import { raisedByServer, registrationsMissing } from './errors.js'
-import { migratePostgres, quoted, schemaUpToDate } from './migrate.js'
+import { migratePostgres, quoted, schemaMissing } from './migrate.js'
 import { queries, type Named, type Queries } from './queries.js'
 import { sequencedQuery, Timeline, type SequencedQuery } from './sequence.js'
 import { WriteSequence } from '../state-loss/sequence.js'
@@ -96,13 +96,8 @@ export class PostgresStore implements Store {
     this.sequence = options.sequence ?? new WriteSequence()
     this.#timeline = new Timeline((options.replicas ?? 0) === 0, this.sequence)
     const sequenced = sequencedQuery(this.#pool, quoted(schema), this.sequence, this.#timeline)
-    const replicas = options.replicas ?? 0
-    if (replicas > 0) {
-      const standbys = this.#standbys = new StandbyWatch(this.#pool, replicas)
-      this.#write = (q, values) => { standbys.refuseIfShort(q.name); return sequenced(q, values) }
-    } else {
-      this.#write = sequenced
-    }
+    const standbys = this.#standbys = (options.replicas ?? 0) > 0 ? new StandbyWatch(this.#pool, options.replicas ?? 0) : undefined
+    this.#write = standbys ? (q, values) => { standbys.refuseIfShort(q.name); return sequenced(q, values) } : sequenced
     this.#batches = groupCommit(this.#pool, this.#q, this.#write)
     this.clock = new StoreClock(async () => Number((await this.#pool.query<{ ms: number }>(this.#q.clock)).rows[0].ms), clock === 'caller')
     this.audit = tableLog(this.#pool, this.#q, (op, fn) => this.#run(op, fn))
@@ -129,9 +124,10 @@ export class PostgresStore implements Store {
       store.epoch = await readEpoch(store.#pool, q)
       store.#timeline.known ??= await readTimeline(store.#pool).catch(() => undefined)
       await store.#standbys?.start()
-      if (!(await schemaUpToDate(store.#pool, q, options.schema ?? 'public'))) {
+      const lacks = await schemaMissing(store.#pool, q, options.schema ?? 'public')
+      if (lacks.length) {
         await store.close()
-        throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true)`, 'open')
+        throw new StoreError(`PostgreSQL schema ${options.schema ?? 'public'} was made by an older fencegate: run \`fencegate migrate --config PATH\` (or set store.migrate: true); it lacks ${lacks.join(', ')}`, 'open')
       }
       await store.clock.measure()
       store.clock.start()
@@ -239,7 +235,7 @@ export class PostgresStore implements Store {
   }
 
   unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
-    return this.#run('unknowns', () => readUnknownRecord(this.#pool, this.#q, this.#now(now), key))
+    return this.#run('unknown_record', () => readUnknownRecord(this.#pool, this.#q, this.#now(now), key))
   }
 
   /** Deletes attempt log entries older than the retention; returns how many. */

@@ -17,6 +17,7 @@ import type { SequencedQuery } from './sequence.js'
 import { batcher } from './batcher.js'
 import { arrayLiteral } from './arrays.js'
 import { refusedAndRolledBack } from './errors.js'
+import { LEASE_TOKENS_EXHAUSTED, MAX_LEASE_TOKEN } from '../contract/leases.js'
 
 /** The lease table and its functions, for the (validated, quoted) schema `s`; appended to the migration (./sql.ts). */
 export const leasesV1 = (s: string): string => `-- the lease service (contract §3a): one row per resource; a released lease keeps its token
@@ -25,6 +26,7 @@ CREATE TABLE IF NOT EXISTS ${s}.fg_leases_v1 (
   expires_at bigint NOT NULL, ttl_ms bigint NOT NULL, released boolean NOT NULL
 );
 -- a grant: refused while another holder's lease is live; else token = max(lease, mark) + 1, the mark raised to it
+-- (raised, 22003, when that max is already the largest token)
 CREATE OR REPLACE FUNCTION ${s}.fg_lease_acquire_v1(p_resource text, p_holder text, p_ttl bigint, p_now bigint,
   OUT o_granted boolean, OUT o_token text, OUT o_holder text, OUT o_expires bigint, OUT o_ttl bigint,
   OUT o_prev_token text, OUT o_prev_holder text, OUT o_prev_expired boolean, OUT o_prev_expires bigint)
@@ -43,6 +45,9 @@ BEGIN
   END IF;
   LOOP
     SELECT f.highest INTO v_top FROM ${s}.fg_fences_v1 f WHERE f.resource = p_resource;
+    IF greatest(coalesce(v_top, 0), v_token) >= ${MAX_LEASE_TOKEN} THEN
+      RAISE EXCEPTION '${LEASE_TOKENS_EXHAUSTED}' USING ERRCODE = '22003';
+    END IF;
     v_new := greatest(coalesce(v_top, 0), v_token) + 1;
     INSERT INTO ${s}.fg_fences_v1 AS f (resource, highest, since) VALUES (p_resource, v_new, p_now)
       ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest, since = excluded.since WHERE f.highest < excluded.highest;

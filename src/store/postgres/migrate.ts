@@ -58,9 +58,24 @@ export async function migratePostgres(options: { url: string; schema?: string; c
   }
 }
 
-/** Whether the schema has the functions this version calls (the admit and settle batches, the write sequence). */
-export async function schemaUpToDate(pool: pg.Pool, q: Queries, schema: string): Promise<boolean> {
-  const { rows: fns } = await pool.query(q.upToDate, [q.admitManyName, schema, q.settleManyName])
-  const { rows: seq } = await pool.query('SELECT to_regproc($1) IS NOT NULL AS ok', [`${quoted(schema)}.fg_seq_v1`])
-  return fns[0].ok && seq[0].ok
+/**
+ * The newest pieces of the schema this version uses, by the migration that made them: the v4
+ * admit batch (the claim's probe; made with the marks' since, the attempt log's upstream_ms,
+ * late_ms and highest_token, fg_take_probe_v1 and fg_settle_unknown_v1), the v4 settle batch with
+ * the records' after_reason and after_next, the write sequence, and the leases (contract §3a:
+ * fg_lease_many_v1 with its table and functions, the attempt log's lease_until). Each is checked
+ * because a schema without it opens but fails every call that needs it.
+ */
+const NEWEST = {
+  functions: ['fg_admit_many_v4', 'fg_settle_many_v4', 'fg_seq_v1', 'fg_lease_many_v1'],
+  columns: ['fg_audit_v1.highest_token', 'fg_audit_v1.lease_until', 'fg_records_v1.after_reason', 'fg_records_v1.after_next'],
+}
+
+/**
+ * The pieces of NEWEST the schema lacks (functions by name, columns as `table.column`).
+ * @returns none when the schema is up to date
+ */
+export async function schemaMissing(pool: pg.Pool, q: Queries, schema: string): Promise<string[]> {
+  const { rows } = await pool.query<{ missing: string }>(q.upToDate, [NEWEST.functions, quoted(schema), NEWEST.columns, schema])
+  return rows.map((r) => r.missing)
 }

@@ -30,21 +30,14 @@ export function queries(s: string) {
       UPDATE ${s}.fg_meta_v1 SET value = $1 WHERE name = 'epoch'`,
     lossNote: `SELECT value FROM ${s}.fg_meta_v1 WHERE name = 'lossnote'`,
     /**
-     * true when the newest pieces of the schema are there: the v4 admit batch (the claim's probe;
-     * made by the same migration as the marks' since, the attempt log's upstream_ms, late_ms and
-     * highest_token, fg_take_probe_v1 and fg_settle_unknown_v1) and the v4 settle batch, with the
-     * records' after_reason and probe columns; $1 and $3 are the qualified names of
-     * fg_admit_many_v4 and fg_settle_many_v4, $2 the schema's bare name
+     * the newest pieces of the schema that are missing, none when it is up to date: each named
+     * migration piece is a function ($1, bare names, looked up in the schema $2, quoted) or an
+     * attempt-log or records column ($3, `table.column`, in the schema whose bare name is $4)
      */
-    upToDate: `SELECT to_regproc($1) IS NOT NULL AND to_regproc($3) IS NOT NULL
-        AND EXISTS (SELECT 1 FROM information_schema.columns
-          WHERE table_schema = $2 AND table_name = 'fg_audit_v1' AND column_name = 'highest_token')
-        AND EXISTS (SELECT 1 FROM information_schema.columns
-          WHERE table_schema = $2 AND table_name = 'fg_records_v1' AND column_name = 'after_reason')
-        AND EXISTS (SELECT 1 FROM information_schema.columns
-          WHERE table_schema = $2 AND table_name = 'fg_records_v1' AND column_name = 'after_next') AS ok`,
-    admitManyName: `${s}.fg_admit_many_v4`,
-    settleManyName: `${s}.fg_settle_many_v4`,
+    upToDate: `SELECT f AS missing FROM unnest($1::text[]) AS f WHERE to_regproc($2 || '.' || f) IS NULL
+      UNION ALL
+      SELECT c FROM unnest($3::text[]) AS c WHERE NOT EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = $4 AND table_name = split_part(c, '.', 1) AND column_name = split_part(c, '.', 2))`,
     /** the server's clock, epoch ms (../clock.ts measures the offset with it) */
     clock: named('fg_clock', 'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms'),
     ping: named('fg_ping', `SELECT 1 FROM ${s}.fg_meta_v1 LIMIT 1`),

@@ -19,12 +19,13 @@ export async function readMark(pool: pg.Pool, q: Queries, clock: StoreClock, res
   return rows[0].since === null ? { highest: BigInt(rows[0].highest) } : { highest: BigInt(rows[0].highest), since: clock.toLocal(Number(rows[0].since)) }
 }
 
-/** At most `limit`, only `route`'s when given; `now` null: the server's clock. */
+/** A row of fg_unknowns_v3 and fg_unknown_record_v1 (./queries.ts). */
 interface UnknownRow {
   route: string; scope: string; key: string; state: string; reason: UnknownReason | null; lease_until: string; expires_at: string
   probe: string | null; probes: number | null; next_probe: string | null
 }
 
+/** The unknown outcomes (`Store.unknowns`): at most `limit`, only `route`'s when given; `now` null: the server's clock. */
 export async function readUnknowns(pool: pg.Pool, q: Queries, now: number | null, route: string | undefined, limit: number): Promise<UnknownRecord[]> {
   const { rows } = await pool.query<UnknownRow>({ ...q.unknowns, values: [now, route ?? null, limit] })
   return rows.map(unknownOfRow)

@@ -90,7 +90,7 @@ export function admit(a: Admission, fenceReq: FenceRequest, key: RecordKey, req:
 async function admitOnCluster(a: Admission, fenceReq: FenceRequest, key: RecordKey, req: ClaimRequest, now: number): Promise<AdmitResult> {
   const fenceArgs = [fenceReq.token.toString(), a.replicas ? '1' : '0', nowArg(a.clock, now)]
   const sent = a.replicas
-    ? await a.writer.send<FenceReply>(SCRIPTS.fgFence, a.keys.fence(fenceReq.resource), fenceArgs, false)
+    ? await a.writer.send<FenceReply>('admit', SCRIPTS.fgFence, a.keys.fence(fenceReq.resource), fenceArgs, false)
     : { conn: a.redis, result: await a.writer.call<FenceReply>(SCRIPTS.fgFence, a.keys.fence(fenceReq.resource), fenceArgs, false) }
   const fenced = localFence(a, fenceOf(sent.result))
   if (!fenced.accepted) return { fence: fenced }

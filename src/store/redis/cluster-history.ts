@@ -17,7 +17,7 @@
  *   still in the slot map) keeps its last view, so the replica promoted in its place is compared
  *   with it rather than taken for a new master.
  * A failover neither shows as lossy is not trusted at once with `store.replicas: 0`: the promoted
- * master's slots refuse writes (StoreError, 503) for `settleMs` (`settleHoldMs`), long enough for
+ * master's slots refuse writes (StoreError, 503) for `settleHoldMs`, long enough for
  * every running gateway's poll to compare its own writes and leave a loss note, then the note is
  * read.
  *
@@ -52,7 +52,7 @@ export interface MasterView {
 }
 
 /** One replica of a master, from the master's INFO replication `slaveN:ip=…,port=…,state=…,offset=…,lag=…`. */
-export interface ReplicaLink {
+interface ReplicaLink {
   /** host:port */
   node: string
   /** online, wait_bgsave, send_bulk */
@@ -64,7 +64,7 @@ export interface ReplicaLink {
 }
 
 /** The `slaveN:` lines of an INFO replication answer. */
-export function replicaLinks(info: string): ReplicaLink[] {
+function replicaLinks(info: string): ReplicaLink[] {
   return [...info.matchAll(/^slave\d+:(.*)$/gm)].map((m) => {
     const f = new Map(m[1].trim().split(',').map((kv) => kv.split('=') as [string, string]))
     return { node: `${f.get('ip') ?? '?'}:${f.get('port') ?? '?'}`, state: f.get('state') ?? '?', offset: Number(f.get('offset') ?? 0), lag: Number(f.get('lag') ?? 0) }
@@ -125,7 +125,7 @@ export function shortfalls(views: MasterView[], replicas: number): string[] {
  */
 export const settleHoldMs = (commandTimeoutMs: number): number => STATE_POLL_MS + 3 * commandTimeoutMs
 
-export interface ClusterHistoryOptions {
+interface ClusterHistoryOptions {
   /** store.replicas 0: a failover may lose acknowledged writes (no WAIT) */
   failoverIsLoss: boolean
   /** how long a promoted master's slots refuse writes before they are trusted, ms (`settleHoldMs`) */
@@ -160,6 +160,11 @@ export class ClusterHistory {
     o.sequence.onReset(() => this.#seen.clear())
   }
 
+  /** The write sequence key of `slot` (its name hashes to the slot). */
+  seqKey(slot: number): string {
+    return this.o.seqKey(slot)
+  }
+
   /** The highest sequence seen in `slot`; 0n when none. */
   seenIn(slot: number): bigint {
     return this.#seen.get(slot) ?? 0n
@@ -179,18 +184,28 @@ export class ClusterHistory {
 
   /**
    * Before a write in `slot`, and after its answer came from master `nodeId`: a master not known
-   * for the slot is looked at first.
-   * @throws StoreWentBack on a loss; StoreError while the slot's master settles
+   * for the slot is looked at first. Synchronous — undefined, nothing to wait for — unless a
+   * master is looked at or one whose hold has just ended has its loss note read: the hot path of
+   * a cluster write awaits nothing here while no failover settles.
+   * @throws StoreWentBack on a loss; StoreError while the slot's master settles (thrown, or the promise rejects)
    */
-  async check(op: string, slot: number, nodeId?: string): Promise<void> {
-    if (nodeId !== undefined && this.#views.size && this.#slotMaster.get(slot) !== nodeId) await this.look(op)
+  check(op: string, slot: number, nodeId?: string): Promise<void> | undefined {
+    if (nodeId !== undefined && this.#views.size && this.#slotMaster.get(slot) !== nodeId) return this.look(op).then(() => this.#settled(op, nodeId))
+    if (!this.#settling.size) return undefined
     const master = nodeId ?? this.#slotMaster.get(slot)
-    const s = master === undefined ? undefined : this.#settling.get(master)
-    if (!s) return
+    return master === undefined ? undefined : this.#settled(op, master)
+  }
+
+  /** Refuses while `master` settles; once its hold ended, reads whether a gateway left a loss note meanwhile. */
+  #settled(op: string, master: string): Promise<void> | undefined {
+    const s = this.#settling.get(master)
+    if (!s) return undefined
     if (Date.now() < s.until) throw new StoreError(`redis ${op}: ${s.why}; slots ${slotRanges(s.slots)} refuse writes until every gateway has compared its own writes`, op, { refusal: 'failover_settling' })
-    this.#settling.delete(master!)
+    this.#settling.delete(master)
     // settled: a gateway that found its writes missing has left a note by now
-    if (await this.cluster.get(this.o.noteKey) !== null) throw new StoreError(`redis ${op}: a gateway noted a state loss; this gateway's watch takes it up`, op)
+    return this.cluster.get(this.o.noteKey).then((note) => {
+      if (note !== null) throw new StoreError(`redis ${op}: a gateway noted a state loss; this gateway's watch takes it up`, op)
+    })
   }
 
   /**
@@ -262,9 +277,9 @@ export class ClusterHistory {
   async #behind(v: MasterView): Promise<string | undefined> {
     const mine = [...this.#seen].filter(([s]) => v.slots.some(([a, b]) => s >= a && s <= b))
     const now = await Promise.all(mine.map(([s]) => this.cluster.get(this.o.seqKey(s))))
-    const i = mine.findIndex(([, seen], j) => BigInt(now[j] ?? '0') < seen)
-    if (i < 0) return undefined
-    const back = mine.filter(([, seen], j) => BigInt(now[j] ?? '0') < seen).length
-    return `slot ${mine[i][0]} at sequence ${now[i] ?? 0} after ${mine[i][1]} was seen (${back} slot${back === 1 ? '' : 's'} of ${v.node} behind)`
+    const back = mine.map(([s, seen], j) => ({ s, seen, now: now[j] ?? '0' })).filter((x) => BigInt(x.now) < x.seen)
+    if (!back.length) return undefined
+    const [first] = back
+    return `slot ${first.s} at sequence ${first.now} after ${first.seen} was seen (${back.length} slot${back.length === 1 ? '' : 's'} of ${v.node} behind)`
   }
 }

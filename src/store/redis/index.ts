@@ -34,7 +34,7 @@ import { ClusterHistory, settleHoldMs, shortfalls } from './cluster-history.js'
 import type { Cluster } from 'ioredis'
 import { acceptLoss, initEpoch, readMarkers, retireEpoch } from './markers.js'
 import type { LossNote } from '../state-loss/note.js'
-import { unknownRecord, unknownRecords } from './unknowns.js'
+import { unknownRecord, unknownRecords, type NowOf } from './unknowns.js'
 import type { RedisStoreOptions } from './options.js'
 import { admit, claim, fence, type Admission } from './admission.js'
 import { finish, release, renew, resolve, settle, takeProbe } from './records.js'
@@ -43,7 +43,7 @@ import { acquireLease, changeLease, readLease } from './leases.js'
 
 export { AUDIT_STREAMS, MARKERS, SLOTS, keySlot } from './keys.js'
 export { ReplicaShortfall } from './replicas.js'
-export type { RedisStoreOptions } from './options.js'
+export { commandTimeoutFor, type RedisStoreOptions } from './options.js'
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const
@@ -59,7 +59,7 @@ export class RedisStore implements Store {
   /** the value written when this key prefix was first used (see `open`) */
   epoch = ''
   /** this process's write sequence (../state-loss/sequence.ts); on a cluster one per slot (./cluster-history.ts), whose losses and reset go through it */
-  readonly sequence?: WriteSequence
+  readonly sequence: WriteSequence
   /** cluster: the masters followed and the slots' sequences (./cluster-history.ts) */
   readonly #masters?: ClusterHistory
   /** one server: the primary followed (./history.ts) */
@@ -78,7 +78,7 @@ export class RedisStore implements Store {
   constructor(options: RedisStoreOptions) {
     const {
       url, cluster = false, keyPrefix = 'fencegate', connectTimeoutMs = 1000, maxBackoffMs = 2000, auditRetentionMs = 7 * 86_400_000,
-      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store', settleMs = settleHoldMs(commandTimeoutMs),
+      replicas = 0, replicasTimeoutMs = 250, commandTimeoutMs = 2000, clock = 'store',
     } = options
     // with Sentinels the url only carries credentials, TLS and the database: it may be left out
     const urls = typeof url === 'string' ? url.split(',').map((u) => u.trim()).filter(Boolean) : options.sentinels ? ['redis://sentinel'] : []
@@ -91,16 +91,15 @@ export class RedisStore implements Store {
     const sentinels = options.sentinels?.map((a) => { const i = a.lastIndexOf(':'); return { host: a.slice(0, i), port: Number(a.slice(i + 1)) } })
     if (sentinels && (cluster || !options.sentinelName)) throw new TypeError('options.sentinels needs options.sentinelName, and no cluster')
     this.#redis = createClient({ urls, cluster, connectTimeoutMs, maxBackoffMs, commandTimeoutMs, sentinels, sentinelName: options.sentinelName, tls: options.tls })
-    const sequence = options.sequence ?? new WriteSequence()
-    this.sequence = sequence
+    const sequence = this.sequence = options.sequence ?? new WriteSequence()
     if (cluster) {
       const keys = this.#keys
-      this.#masters = new ClusterHistory(this.#redis as Cluster, { failoverIsLoss: replicas === 0, settleMs, lookMs: commandTimeoutMs, sequence, seqKey: (slot) => keys.slotSeq(slot), noteKey: keys.lossNote })
+      this.#masters = new ClusterHistory(this.#redis as Cluster, { failoverIsLoss: replicas === 0, settleMs: settleHoldMs(commandTimeoutMs), lookMs: commandTimeoutMs, sequence, seqKey: (slot) => keys.slotSeq(slot), noteKey: keys.lossNote })
     }
     this.#writer = new Writer(this.#redis, {
       cluster, replicas, replicasTimeoutMs: Math.max(1, Math.round(replicasTimeoutMs)), commandTimeoutMs,
       sequence: cluster ? undefined : { keys: [this.#keys.seq, this.#keys.unsettled!.writes], seen: sequence },
-      slots: this.#masters && { history: this.#masters, key: (slot) => this.#keys.slotSeq(slot) },
+      slots: this.#masters,
     })
     this.#history = new ReplicationHistory(replicas === 0, sequence)
     // Without a listener ioredis prints every connection error; remember the last for ping().
@@ -148,6 +147,7 @@ export class RedisStore implements Store {
         if (/^cluster_enabled:1/m.test(info)) throw new Error('it is a Redis Cluster node: set store.cluster: true (and list seed nodes in store.url)')
         store.#history.observe(await replicationIds(r).catch(() => undefined), 'open')
       }
+      if (store.cluster) store.#keys.buildSlotSeqs()
       // the masters as they are now: what a later failover is told apart from
       await store.#masters?.look('open').catch(() => { /* an unreadable master: the first poll looks again */ })
       store.epoch = await initEpoch(r, store.#keys, store.cluster)
@@ -255,10 +255,13 @@ export class RedisStore implements Store {
    */
   unknowns(now: number, options: { route?: string; limit?: number } = {}): Promise<UnknownRecord[]> {
     const { route, limit = 1000 } = options
-    return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), route, limit))
+    return this.#run('unknowns', () => unknownRecords(this.#redis, this.cluster, this.#keys, this.#nowOf(now), route, limit))
   }
 
-  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> { return this.#run('unknowns', () => unknownRecord(this.#redis, this.#keys, async (node) => (this.clock.caller ? now : timeOf(await node.time())), key)) }
+  unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> { return this.#run('unknown_record', () => unknownRecord(this.#redis, this.#keys, this.#nowOf(now), key)) }
+
+  /** The instant a node's records are judged at: the caller's `now`, or that node's TIME. */
+  #nowOf(now: number): NowOf { return async (node) => (this.clock.caller ? now : timeOf(await node.time())) }
 
   // ------------------------------------------------- fencing.serialize: store (registrations)
 

@@ -123,7 +123,7 @@ export class KeyNames {
   readonly seq: string
   /** cluster: the epoch's copies, one per block of slots; one server: none */
   readonly markers: string[]
-  /** cluster: the sequence key of each slot, by slot (computed on first use: ~0.1 s) */
+  /** cluster: the sequence key of each slot, by slot (`buildSlotSeqs`) */
   #slotSeqs?: string[]
   /** the attempt log's streams: one, or one per block of slots on a cluster */
   readonly audit: string[]
@@ -148,10 +148,18 @@ export class KeyNames {
     return `{${this.#base}:${parts.map(part).join(':')}}`
   }
 
+  /**
+   * Cluster: builds the write sequence key of every slot (16384 names found by hashing, about
+   * 0.1 s): RedisStore.open calls it, so that the first write does not stall the event loop.
+   */
+  buildSlotSeqs(): void {
+    this.#slotSeqs ??= keysPerBlock(`${this.#base}:q:`, SLOTS)
+  }
+
   /** Cluster: the write sequence key that hashes to `slot`. */
   slotSeq(slot: number): string {
-    this.#slotSeqs ??= keysPerBlock(`${this.#base}:q:`, SLOTS)
-    return this.#slotSeqs[slot]
+    this.buildSlotSeqs()
+    return this.#slotSeqs![slot]
   }
 
   /** The resource's high-water mark. */
@@ -172,8 +180,8 @@ export class KeyNames {
 
   /** The keys of the resource's lease scripts: the mark, its since key, the lease (one hash tag: one slot). */
   lease(resource: string): [mark: string, since: string, lease: string] {
-    const k = this.mark(resource)
-    return [k, `${k}s`, `${k}l`]
+    const [mark, since] = this.fence(resource)
+    return [mark, since, `${mark}l`]
   }
 
   /** One idempotency record. */

@@ -9,6 +9,7 @@
  * Versioned as the other scripts are: each gateway runs its own text by SHA; what is stored here
  * may grow fields, never change the meaning of these.
  */
+import { LEASE_TOKENS_EXHAUSTED, MAX_LEASE_TOKEN } from '../contract/leases.js'
 import { DECIMAL_LT, NOW } from './lua.js'
 
 // Lua: a canonical decimal string plus one (tokens go past Lua's exact numbers).
@@ -36,13 +37,15 @@ end
 
 // KEYS[1] = mark, KEYS[2] = its since key, KEYS[3] = the lease; ARGV = holder, ttl ms, now ('' : TIME).
 // Answers {'held', tok, holder, exp, ttl} or {'granted', tok, holder, exp, ttl, previous tok or '',
-// previous holder or '', '1' when the previous lease had passed its end, its end or ''}.
+// previous holder or '', '1' when the previous lease had passed its end, its end or ''}; raises
+// LEASE_TOKENS_EXHAUSTED before writing when the newest token is the largest.
 export const LEASE_ACQUIRE = `
 ${DECIMAL_LT}${NOW}${INCR}${READ}local now = clock(ARGV[3])
 local holder, ttl = ARGV[1], ARGV[2]
 local open = l[1] and l[5] ~= '1'
 if open and tonumber(l[3]) > now and l[2] ~= holder then return {'held', l[1], l[2], l[3], l[4]} end
 local top = newest(redis.call('GET', KEYS[1]))
+if top == '${MAX_LEASE_TOKEN}' then error({err = '${LEASE_TOKENS_EXHAUSTED}'}) end
 local tok = incr(top == '' and '0' or top)
 local exp = ms(now + tonumber(ttl))
 redis.call('SET', KEYS[1], tok)

@@ -2,6 +2,13 @@
 import type { ConnectionOptions } from 'node:tls'
 import type { WriteSequence } from '../state-loss/sequence.js'
 
+/**
+ * The Redis client's command timeout for a gateway's `store.timeout`, ms: twice it. The gateway
+ * answers the request after `store.timeout`; this bounds what a cluster client leaves running
+ * after that, and a settling failover's hold is counted from it (./cluster-history.ts `settleHoldMs`).
+ */
+export const commandTimeoutFor = (storeTimeoutMs: number): number => 2 * storeTimeoutMs
+
 export interface RedisStoreOptions {
   /** redis:// or rediss:// URL; with `cluster`, several (the seed nodes), comma-separated; with `sentinels`, optional */
   url?: string
@@ -32,12 +39,6 @@ export interface RedisStoreOptions {
    * before that; this only bounds what is left running.
    */
   commandTimeoutMs?: number
-  /**
-   * cluster with `replicas: 0`: how long the slots of a promoted replica (or a restarted master)
-   * that showed no loss refuse writes, so every running gateway's state poll can compare its own
-   * writes there first, ms; default 2500 (the poll runs every second)
-   */
-  settleMs?: number
   /**
    * where instants come from: 'store' (default) the server's TIME, inside every script; 'caller'
    * the `now` each call passes — for tests that drive time through it (the conformance suite)

@@ -71,8 +71,8 @@ export interface WriterOptions {
    * (./keys.ts), both advanced by every script but the attempt log's and the reads
    */
   sequence?: { keys: [seq: string, indexWrites: string]; seen: WriteSequence }
-  /** cluster: the slots' write sequences and what is known of the masters (./cluster-history.ts) */
-  slots?: { history: ClusterHistory; key(slot: number): string }
+  /** cluster: the slots' write sequences (`seqKey`) and what is known of the masters (./cluster-history.ts) */
+  slots?: ClusterHistory
 }
 
 /** Sends scripts: through the client's own routing, or — to WAIT after a write — on a known connection. */
@@ -92,7 +92,7 @@ export class Writer {
    * @throws StoreWentBack when the store's sequence is below this gateway's highest (nothing was written)
    */
   call<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op = s.name): Promise<T> {
-    if (this.o.slots) return this.#callSlot<T>(s, keys, args, buffer, op)
+    if (this.o.slots) return this.#callSlot<T>(s, keys, args, buffer, op, false).then((sent) => sent.result)
     const q = this.o.sequence
     if (!q) return callScript<T>(this.redis, s, keys, args, buffer)
     const seen = q.seen.seen
@@ -118,13 +118,14 @@ export class Writer {
    * own routing, or on the slot master's connection (`conn`, to WAIT there); the answer is checked
    * against what is known of the slot's master before it is handed back (./cluster-history.ts).
    */
-  async #callSlot<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op: string, onConn = false): Promise<{ conn: Redis | Cluster; result: T } & T> {
-    const { history, key } = this.o.slots!
+  async #callSlot<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, op: string, onConn: boolean): Promise<{ conn: Redis | Cluster; result: T }> {
+    const history = this.o.slots!
     const slot = keySlot(keys[0])
-    await history.check(op, slot)
+    const settling = history.check(op, slot)
+    if (settling) await settling
     const seen = history.seenIn(slot)
     const k = keys.slice()
-    k.push(key(slot))
+    k.push(history.seqKey(slot))
     const a = args.slice()
     a.push(seen > 0n ? seen.toString() : '')
     const script = SLOT_SEQUENCED[s.name as keyof typeof SLOT_SEQUENCED]
@@ -137,7 +138,8 @@ export class Writer {
       throw e
     }
     const [n, node, r] = sent.result
-    await history.check(op, slot, node.toString())
+    const checking = history.check(op, slot, node.toString())
+    if (checking) await checking
     const v = BigInt(n.toString())
     // with replicas a sequence counts once a WAIT covered it (see `acked`)
     if (this.o.replicas === 0) history.saw(slot, v)
@@ -146,8 +148,7 @@ export class Writer {
       if (!p) this.#pending.set(sent.conn, p = new Map())
       if (v > (p.get(slot) ?? 0n)) p.set(slot, v)
     }
-    if (!onConn) return r as { conn: Redis | Cluster; result: T } & T
-    return { conn: sent.conn, result: r } as { conn: Redis | Cluster; result: T } & T
+    return { conn: sent.conn, result: r }
   }
 
   /**
@@ -162,16 +163,19 @@ export class Writer {
   }
 
   async #writeAcked<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean, durable: (r: T) => boolean): Promise<T> {
-    const { conn, result } = await this.send<T>(s, keys, args, buffer)
+    const { conn, result } = await this.send<T>(op, s, keys, args, buffer)
     if (durable(result)) await this.acked(op, conn, result)
     return result
   }
 
-  /** Sends a write on a known connection (one server: the one; cluster: the slot master's); resolves with the connection and the script's answer. */
-  async send<T>(s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<{ conn: Redis | Cluster; result: T }> {
-    if (this.o.slots) return this.#callSlot<T>(s, keys, args, buffer, s.name, true)
+  /**
+   * Sends a write on a known connection (one server: the one; cluster: the slot master's);
+   * resolves with the connection and the script's answer. `op` names the store operation in errors.
+   */
+  async send<T>(op: string, s: Script, keys: string[], args: (string | Buffer)[], buffer: boolean): Promise<{ conn: Redis | Cluster; result: T }> {
+    if (this.o.slots) return this.#callSlot<T>(s, keys, args, buffer, op, true)
     if (this.o.cluster) return onMaster<T>(this.redis as Cluster, s, keys, args, buffer, this.o.commandTimeoutMs)
-    return { conn: this.redis, result: await this.call<T>(s, keys, args, buffer) }
+    return { conn: this.redis, result: await this.call<T>(s, keys, args, buffer, op) }
   }
 
   /**
@@ -202,6 +206,6 @@ export class Writer {
       throw e
     }
     this.o.sequence?.seen.saw(covered)
-    if (coveredSlots) for (const [slot, n] of coveredSlots) this.o.slots?.history.saw(slot, n)
+    if (coveredSlots) for (const [slot, n] of coveredSlots) this.o.slots?.saw(slot, n)
   }
 }

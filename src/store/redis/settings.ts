@@ -13,6 +13,7 @@ import { KeyNames } from './keys.js'
 import { readNote } from './markers.js'
 import { readMasters, settleHoldMs } from './cluster-history.js'
 import { shardFindings } from './shards.js'
+import { commandTimeoutFor } from './options.js'
 
 const EVICTING = /^(allkeys|volatile)-(lru|lfu|random)$|^volatile-ttl$/
 
@@ -153,8 +154,7 @@ export async function redisFindings(config: Config['store']): Promise<Finding[]>
       }
     })
     const state = (await cluster.cluster('INFO') as string).match(/cluster_state:(\w+)/)?.[1] ?? '?'
-    // 2 × store.timeout: the store's command timeout (../runtime/open-engine.ts)
-    const out = [...merged.values(), ...shardFindings(await readMasters(cluster), config.replicas, settleHoldMs(2 * config.timeout))]
+    const out = [...merged.values(), ...shardFindings(await readMasters(cluster), config.replicas, settleHoldMs(commandTimeoutFor(config.timeout)))]
     out.push({
       id: 'cluster', status: state === 'ok' ? 'ok' : 'risk', setting: `Redis Cluster, ${masters.length} master${masters.length === 1 ? '' : 's'}, cluster_state ${state}`,
       consequence: state === 'ok'

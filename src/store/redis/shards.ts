@@ -12,7 +12,7 @@ import { shortfalls, slotRanges, type MasterView } from './cluster-history.js'
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`
 
 /** The shard's structured view (the finding's `shard`, for --json). */
-export function shardView(v: MasterView, wanted: number): ShardView {
+function shardView(v: MasterView, wanted: number): ShardView {
   return {
     master: v.node, slots: v.slots, offset: v.offset, wanted, covered: v.replicas >= wanted,
     replicas: v.links.map((l) => ({ node: l.node, state: l.state, offset: l.offset, behindBytes: Math.max(0, v.offset - l.offset), lagSeconds: l.lag })),

@@ -194,7 +194,7 @@ export function guardStore(inner: Store, metrics: Metrics, timeoutMs: number, lo
     }),
     resolve: (key, as, ttlMs, now) => call('resolve', () => inner.resolve(key, as, ttlMs, now)),
     unknowns: (now, options) => call('unknowns', () => inner.unknowns(now, options)),
-    unknownRecord: (key, now) => call('unknowns', () => inner.unknownRecord(key, now)),
+    unknownRecord: (key, now) => call('unknown_record', () => inner.unknownRecord(key, now)),
     takeProbe: (key, p, now) => call('take_probe', () => inner.takeProbe(key, p, now)),
     settle: (key, probes, as, ttlMs, now) => call('settle', () => inner.settle(key, probes, as, ttlMs, now)),
     // a grant whose answer was lost is nobody's: its holder's next acquisition replaces it, another holder waits out its ttl

@@ -5,7 +5,7 @@
 import type { Config } from '../../config/schema.js'
 import { MemoryStore } from '../memory/index.js'
 import { SqliteStore } from '../sqlite/index.js'
-import { RedisStore } from '../redis/index.js'
+import { commandTimeoutFor, RedisStore } from '../redis/index.js'
 import { PostgresStore } from '../postgres/index.js'
 import type { WriteSequence } from '../state-loss/sequence.js'
 import type { Store } from '../contract/store.js'
@@ -30,8 +30,7 @@ export async function openStore(config: Config['store'], audit: { retention?: nu
       return RedisStore.open({
         url: config.url, sentinels: config.sentinels, sentinelName: config.sentinelName, cluster: config.cluster, keyPrefix: config.keyPrefix, connectTimeoutMs: Math.max(config.timeout, 1000), auditRetentionMs,
         replicas: config.replicas, replicasTimeoutMs: config.replicasTimeout ?? Math.max(1, Math.floor(config.timeout / 4)),
-        // what a cluster client may leave running after the gateway gave up on a call
-        commandTimeoutMs: 2 * config.timeout,
+        commandTimeoutMs: commandTimeoutFor(config.timeout),
         sequence,
         tls: storeTlsOptions(config),
       })

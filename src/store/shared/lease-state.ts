@@ -5,7 +5,8 @@
  * (../postgres/lease-functions.ts) are the same table in their languages, held to it by one
  * conformance suite.
  */
-import type { Lease, LeaseChange, LeaseGrant } from '../contract/leases.js'
+import { LEASE_TOKENS_EXHAUSTED, MAX_LEASE_TOKEN, type Lease, type LeaseChange, type LeaseGrant } from '../contract/leases.js'
+import { StoreError } from '../contract/errors.js'
 
 /** A resource's lease row: its token, holder, end (epoch ms, the store's clock), length, and whether it was released. */
 export interface LeaseRow {
@@ -19,17 +20,19 @@ export interface LeaseRow {
 const leaseOf = (resource: string, r: LeaseRow): Lease => ({ resource, token: r.token, holder: r.holder, expiresAt: r.expiresAt, ttlMs: r.ttlMs })
 
 /** Whether the row is a live lease at `now`. */
-export const isLive = (r: LeaseRow | undefined, now: number): r is LeaseRow => r !== undefined && !r.released && r.expiresAt > now
+const isLive = (r: LeaseRow | undefined, now: number): r is LeaseRow => r !== undefined && !r.released && r.expiresAt > now
 
 /**
  * Acquire: another holder's live lease → held, nothing written; else the next token, above every
  * token issued and the mark, written as the new row, and the mark raised to it.
  * @returns the answer, and — when granted — the row to write and the mark to set
+ * @throws StoreError (LEASE_TOKENS_EXHAUSTED) when the newest token is MAX_LEASE_TOKEN: nothing to write
  */
 export function decideAcquire(resource: string, row: LeaseRow | undefined, highest: bigint | undefined, holder: string, ttlMs: number, now: number): { result: LeaseGrant; write?: LeaseRow } {
   if (isLive(row, now) && row.holder !== holder) return { result: { granted: false, held: leaseOf(resource, row) } }
   let top = highest ?? 0n
   if (row && row.token > top) top = row.token
+  if (top >= MAX_LEASE_TOKEN) throw new StoreError(LEASE_TOKENS_EXHAUSTED, 'lease_acquire')
   const write: LeaseRow = { token: top + 1n, holder, expiresAt: now + ttlMs, ttlMs, released: false }
   const result: LeaseGrant = { granted: true, lease: leaseOf(resource, write) }
   if (row && !row.released) result.previous = { token: row.token, holder: row.holder, expiresAt: row.expiresAt, expired: row.expiresAt <= now }

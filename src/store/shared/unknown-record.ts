@@ -13,3 +13,16 @@ export function unknownOf(key: RecordKey, r: IdemRecord, crashed: boolean): Unkn
   if (r.nextProbe !== undefined) u.nextProbe = r.nextProbe
   return u
 }
+
+/**
+ * The record as `Store.unknowns` lists it when it is an unknown outcome at `now` (epoch ms): not
+ * expired, and unknown or in flight past its lease (reason crash); else undefined.
+ * @param key the record's key, or a function making it (called only for an unknown outcome: a
+ *   scan of every record parses the keys of those it lists only)
+ */
+export function unknownAt(key: RecordKey | (() => RecordKey), r: IdemRecord | undefined, now: number): UnknownRecord | undefined {
+  if (!r || r.expiresAt <= now) return undefined
+  const crashed = r.state === 'in_flight' && r.leaseUntil <= now
+  if (r.state !== 'unknown' && !crashed) return undefined
+  return unknownOf(typeof key === 'function' ? key() : key, r, crashed)
+}

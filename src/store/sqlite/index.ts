@@ -231,7 +231,7 @@ export class SqliteStore implements Store {
   }
 
   unknownRecord(key: RecordKey, now: number): Promise<UnknownRecord | undefined> {
-    return this.#run('unknowns', () => this.#ops.unknownRecord(recordId(key), key, now))
+    return this.#run('unknown_record', () => this.#ops.unknownRecord(recordId(key), key, now))
   }
 
   /** The connection's own journal_mode and synchronous (0 off, 1 normal, 2 full, 3 extra): what `fencegate doctor` reports. */

@@ -11,7 +11,7 @@
  */
 import type { Database as Db, Statement } from 'better-sqlite3'
 import { decideClaim, decideFinish, decideRelease, decideResolve, decideSettle, decideTakeProbe, parseRecordId, type IdemRecord } from '../shared/record-state.js'
-import { unknownOf } from '../shared/unknown-record.js'
+import { unknownAt, unknownOf } from '../shared/unknown-record.js'
 import type { AdmitResult, ClaimRequest, ClaimResult, Completion, FenceMark, FenceRequest, FenceResult, OlderWrites, ProbeTake, Registration, ReleaseResult, Resolution, ResolveResult, RecordKey, Settlement, SettleResult, UnknownRecord } from '../contract/store.js'
 import { FENCES, RECORDS, REGISTRATIONS } from './sql.js'
 
@@ -177,10 +177,7 @@ export class Operations {
   }
 
   unknownRecord(id: string, key: RecordKey, now: number): UnknownRecord | undefined {
-    const r = this.#get(id)
-    if (!r || r.expiresAt <= now) return undefined
-    const crashed = r.state === 'in_flight' && r.leaseUntil <= now
-    return r.state === 'unknown' || crashed ? unknownOf(key, r, crashed) : undefined
+    return unknownAt(key, this.#get(id), now)
   }
 
   unknowns(now: number, route: string | undefined, limit: number): UnknownRecord[] {
